@@ -1,0 +1,193 @@
+"""`cdc-medallion`: run the pipeline, look at its tables, ingest files ad hoc.
+
+Errors are printed as one line naming what is wrong (file, key, message, reason) and exit 2;
+a failed expectation (`expect_or_fail`) exits 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import decimal
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from cdc_medallion.errors import CdcMedallionError, ConfigError, ExpectationFailed
+
+DEFAULT_CONF = "conf/local.yml"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cdc-medallion", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run the pipeline of a conf file (incremental)")
+    run.add_argument("--conf", default=DEFAULT_CONF, help=f"pipeline conf (default {DEFAULT_CONF})")
+    run.add_argument("--full-refresh", action="store_true", help="drop every table and rebuild from the inputs")
+    run.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    for name, help_text in (("status", "list datasets with layer and row count"), ("show", "print a dataset's rows")):
+        sub = commands.add_parser(name, help=help_text)
+        if name == "show":
+            sub.add_argument("dataset")
+            sub.add_argument("--limit", type=int, default=20)
+        where = sub.add_mutually_exclusive_group()
+        where.add_argument("--storage", help="storage root (default: the conf's)")
+        where.add_argument("--conf", default=DEFAULT_CONF)
+        sub.add_argument("--json", action="store_true", help="machine-readable output")
+
+    ingest = commands.add_parser("ingest", help="run the whole pipeline ad hoc on files of one format")
+    ingest.add_argument("--format", required=True, dest="fmt")
+    ingest.add_argument("--input", required=True, help="a file or a directory of files")
+    ingest.add_argument("--storage", required=True)
+    ingest.add_argument("--key", action="append", default=[], metavar="TABLE=COL[,COL]")
+    ingest.add_argument("--columns", action="append", default=[], metavar="TABLE=COL:TYPE[,COL:TYPE]")
+    ingest.add_argument("--layout", choices=["json-lines", "kafka-dump", "files"], help="default: detected")
+    ingest.add_argument("--topic", help="topic name for json-lines input (some formats take the table from it)")
+    ingest.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", help="format option")
+    ingest.add_argument("--full-refresh", action="store_true")
+    ingest.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"run": _run, "status": _status, "show": _show, "ingest": _ingest}[args.command](args)
+    except ExpectationFailed as error:
+        print(f"cdc-medallion: {error}", file=sys.stderr)
+        return 3
+    except CdcMedallionError as error:
+        print(f"cdc-medallion: {error}", file=sys.stderr)
+        return 2
+
+
+# --- commands ---------------------------------------------------------------------------------
+def _progress(args: argparse.Namespace):
+    from cdc_medallion.runner.local import stderr_progress
+
+    return None if getattr(args, "quiet", False) else stderr_progress
+
+
+def _run(args: argparse.Namespace) -> int:
+    from cdc_medallion.config import load_conf
+    from cdc_medallion.pipeline import run_pipeline
+
+    conf = load_conf(args.conf)
+    summary = run_pipeline(conf, full_refresh=args.full_refresh, progress=_progress(args))
+    _print_summary(conf.storage, summary)
+    return 0
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from cdc_medallion.adhoc import adhoc_conf
+    from cdc_medallion.pipeline import run_pipeline
+
+    conf = adhoc_conf(
+        fmt=args.fmt,
+        input_path=Path(args.input),
+        storage=Path(args.storage),
+        keys=args.key,
+        columns=args.columns,
+        layout=args.layout,
+        topic=args.topic,
+        options=args.option,
+    )
+    summary = run_pipeline(conf, full_refresh=args.full_refresh, progress=_progress(args))
+    _print_summary(conf.storage, summary)
+    return 0
+
+
+def _print_summary(storage: Path, summary: Any) -> None:
+    seconds = sum(u.seconds for u in summary.updates)
+    print(f"Pipeline finished in {seconds:.1f}s. Tables are in {storage}")
+    if summary.discovery and summary.discovery.unconfigured:
+        print(
+            "Unconfigured tables (in silver, no key known so no gold; add them under `tables:` in conf "
+            "or pass --key TABLE=COL): " + ", ".join(summary.discovery.unconfigured)
+        )
+
+
+def _storage_of(args: argparse.Namespace) -> Path:
+    if args.storage:
+        return Path(args.storage)
+    from cdc_medallion.config import load_conf
+
+    return load_conf(args.conf).storage
+
+
+def dataset_status(storage: Path) -> list[dict[str, Any]]:
+    """One object per dataset: name, layer, rows, path (+ source_table, scd_type for gold)."""
+    from cdc_medallion.storage.delta_rs import DeltaRsStore
+
+    if not storage.is_dir():
+        raise ConfigError(f"storage {storage} does not exist: run the pipeline first")
+    store = DeltaRsStore.__new__(DeltaRsStore)  # no Spark needed to list tables
+    store.root = storage.resolve()
+    entries = []
+    for info in store.datasets():
+        layer = info.properties.get("layer") or ("system" if "/_system/" in info.path else "unknown")
+        entry: dict[str, Any] = {"name": info.name, "layer": layer, "rows": info.rows, "path": info.path}
+        if layer == "gold":
+            entry["source_table"] = info.properties.get("source_table")
+            entry["scd_type"] = int(info.properties.get("scd_type", "1"))
+        entries.append(entry)
+    order = {"bronze": 0, "silver": 1, "quarantine": 2, "gold": 3, "system": 4}
+    return sorted(entries, key=lambda e: (order.get(e["layer"], 5), e["name"]))
+
+
+def _status(args: argparse.Namespace) -> int:
+    entries = dataset_status(_storage_of(args))
+    if args.json:
+        print(json.dumps(entries, indent=2))
+        return 0
+    print(f"{'dataset':<44} {'layer':<11} {'rows':>10}  details")
+    for e in entries:
+        details = f"{e['source_table']} (SCD{e['scd_type']})" if e["layer"] == "gold" else ""
+        print(f"{e['name']:<44} {e['layer']:<11} {e['rows']:>10,}  {details}")
+    return 0
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _show(args: argparse.Namespace) -> int:
+    from cdc_medallion.spark import get_spark
+    from cdc_medallion.storage.delta_rs import DeltaRsStore
+
+    storage = _storage_of(args)
+    names = {e["name"]: e for e in dataset_status(storage)}
+    if args.dataset not in names:
+        raise ConfigError(f"no dataset {args.dataset!r} in {storage} (have: {', '.join(sorted(names))})")
+    store = DeltaRsStore(storage, get_spark())
+    path = Path(names[args.dataset]["path"])
+    name = args.dataset if path.parent == store.root else f"{path.parent.name}/{args.dataset}"
+    df = store.read(name)
+    sortable = [f.name for f in df.schema.fields if f.dataType.typeName() not in ("map", "array", "struct", "binary")]
+    rows = [_jsonable(r.asDict(recursive=True)) for r in df.orderBy(*sortable).limit(args.limit).collect()]
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+    else:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    sys.exit(main())

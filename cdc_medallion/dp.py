@@ -1,0 +1,41 @@
+"""`from cdc_medallion import dp` — the pipeline API, the same names as `from pyspark import pipelines as dp`."""
+
+from cdc_medallion.declarative.api import (
+    append_flow,
+    create_auto_cdc_flow,
+    create_streaming_table,
+    expect,
+    expect_all,
+    expect_all_or_drop,
+    expect_all_or_fail,
+    expect_all_or_quarantine,
+    expect_or_drop,
+    expect_or_fail,
+    expect_or_quarantine,
+    expectations_from,
+    materialized_view,
+    read,
+    read_stream,
+    table,
+    temporary_view,
+)
+
+__all__ = [
+    "append_flow",
+    "create_auto_cdc_flow",
+    "create_streaming_table",
+    "expect",
+    "expect_all",
+    "expect_all_or_drop",
+    "expect_all_or_fail",
+    "expect_all_or_quarantine",
+    "expect_or_drop",
+    "expect_or_fail",
+    "expect_or_quarantine",
+    "expectations_from",
+    "materialized_view",
+    "read",
+    "read_stream",
+    "table",
+    "temporary_view",
+]

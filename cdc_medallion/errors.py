@@ -1,0 +1,48 @@
+"""Exceptions with stable codes, so users and tests can tell failures apart without parsing text."""
+
+from __future__ import annotations
+
+
+class CdcMedallionError(Exception):
+    """Base class: every error we raise on purpose carries a stable code."""
+
+    code = "CDC_MEDALLION_ERROR"
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {super().__str__()}"
+
+
+class ConfigError(CdcMedallionError):
+    """A configuration file is wrong; the message names the file, the key and the reason."""
+
+    code = "INVALID_CONFIG"
+
+
+class IdentifierError(CdcMedallionError):
+    """A table or column name is unsafe to use in SQL or as a path."""
+
+    code = "INVALID_IDENTIFIER"
+
+
+class GraphError(CdcMedallionError):
+    """The dataflow graph is inconsistent (unknown dataset, duplicate name, cycle)."""
+
+    code = "INVALID_GRAPH"
+
+
+class ExpectationFailed(CdcMedallionError):
+    """An `expect_or_fail` rule failed: the flow's update is aborted with nothing committed."""
+
+    code = "EXPECTATION_VIOLATION"
+
+
+class SchemaMismatch(CdcMedallionError):
+    """A batch does not match the schema of the table it is about to be committed to."""
+
+    code = "SCHEMA_MISMATCH"
+
+
+class ConcurrentRunError(CdcMedallionError):
+    """Another run holds the storage lock."""
+
+    code = "CONCURRENT_RUN"

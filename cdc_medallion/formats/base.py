@@ -1,0 +1,175 @@
+"""The shape every format shares.
+
+A format turns one bronze message into zero or more silver events (`parse_message`). The
+shared driver runs it over Arrow batches inside Spark (`mapInArrow`), so parsing is parallel
+and works the same on Databricks; anything a parser raises becomes a quarantined event with
+the message's bronze reference, the field and the reason — never a crash, never a silent drop.
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime as dt
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, ClassVar
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from cdc_medallion.formats.message import BronzeMessage, Event
+from cdc_medallion.identifiers import is_safe_identifier
+from cdc_medallion.model import EVENT_COLUMNS, EVENT_SCHEMA, KIND_ERROR
+
+RAW_MESSAGE_LIMIT = 4096
+
+
+class ParseError(Exception):
+    """A message cannot be parsed: names the field and the reason (it goes to quarantine)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class Format(abc.ABC):
+    """Base format. Subclasses set `name`, document their `options`, implement `parse_message`."""
+
+    name: ClassVar[str]
+    #: option name -> (default, description); unknown options are a config error.
+    options: ClassVar[Mapping[str, tuple[Any, str]]] = {}
+
+    def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
+        self.source_name = source_name
+        given = dict(options or {})
+        unknown = sorted(set(given) - set(self.options))
+        if unknown:
+            from cdc_medallion.errors import ConfigError
+
+            raise ConfigError(
+                f"source {source_name!r}: unknown option {unknown[0]!r} for format {self.name} "
+                f"(known: {', '.join(sorted(self.options)) or 'none'})"
+            )
+        self.settings = {key: given.get(key, default) for key, (default, _) in self.options.items()}
+
+    @abc.abstractmethod
+    def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
+        """Events for one message. Raise ParseError for a message that must be quarantined."""
+
+    # --- shared machinery -----------------------------------------------------------------
+    def parse(self, bronze: DataFrame) -> DataFrame:
+        """Bronze rows -> silver events, in parallel via Arrow batches."""
+        parser = self
+
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                yield parser.parse_batch(batch)
+
+        return bronze.mapInArrow(run, EVENT_SCHEMA)
+
+    def parse_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        events: list[Event] = []
+        for message in messages_of(batch):
+            events.extend(self.events_for(message))
+        return pa.RecordBatch.from_pylist(events, schema=_event_arrow_schema())
+
+    def events_for(self, message: BronzeMessage) -> list[Event]:
+        """Every outcome of one message, completed with lineage; errors become error events."""
+        if message.landing_error:
+            return [self.error_event(message, "value", message.landing_error)]
+        try:
+            produced = list(self.parse_message(message))
+        except ParseError as error:
+            return [self.error_event(message, error.field, error.reason)]
+        except Exception as error:  # a parser bug must not lose the message either
+            return [self.error_event(message, "message", f"parser failed: {type(error).__name__}: {error}")]
+        for event in produced:
+            self.complete(event, message)
+        return produced
+
+    def complete(self, event: Event, message: BronzeMessage) -> Event:
+        event.setdefault("source_name", self.source_name)
+        event.setdefault("source_format", self.name)
+        event.setdefault("ingest_ts", message.ingest_ts)
+        event["bronze_ref"] = message.ref
+        table = event.get("source_table")
+        if table is not None and not is_safe_identifier(table):
+            # Names from messages reach paths and SQL: an unsafe one quarantines the message.
+            event.clear()
+            event.update(self.error_event(message, "source_table", f"unsafe table name {table!r}"))
+        return event
+
+    def error_event(self, message: BronzeMessage, field: str, reason: str) -> Event:
+        return {
+            "kind": KIND_ERROR,
+            "source_name": self.source_name,
+            "source_format": self.name,
+            "ingest_ts": message.ingest_ts,
+            "bronze_ref": message.ref,
+            "error": f"{field}: {reason}",
+            "raw_message": message.text(RAW_MESSAGE_LIMIT),
+            "sequence": message.position,
+        }
+
+
+_ARROW_SCHEMA: pa.Schema | None = None
+
+
+def _event_arrow_schema() -> pa.Schema:
+    global _ARROW_SCHEMA
+    if _ARROW_SCHEMA is None:
+        from cdc_medallion.storage.delta_rs import arrow_schema
+
+        _ARROW_SCHEMA = arrow_schema(EVENT_SCHEMA)
+    return _ARROW_SCHEMA
+
+
+def messages_of(batch: pa.RecordBatch) -> Iterator[BronzeMessage]:
+    columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+    for i in range(batch.num_rows):
+        headers = columns["headers"][i] or ()
+        yield BronzeMessage(
+            value=columns["value"][i],
+            key=columns["key"][i],
+            topic=columns["topic"][i],
+            partition=columns["partition"][i],
+            offset=columns["offset"][i],
+            timestamp=columns["timestamp"][i],
+            headers=tuple((h["key"], h["value"]) for h in headers),
+            file=columns["_file"][i],
+            line=columns["_line"][i],
+            ingest_ts=columns["_ingest_ts"][i],
+            landing_error=columns["_landing_error"][i],
+        )
+
+
+def millis_to_ts(value: Any) -> dt.datetime | None:
+    """Epoch milliseconds -> aware UTC datetime; None for missing/negative ('unknown') values."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC)
+
+
+# --- registry ---------------------------------------------------------------------------------
+_FORMATS: dict[str, type[Format]] = {}
+
+
+def register_format(cls: type[Format]) -> type[Format]:
+    if cls.name in _FORMATS:
+        raise ValueError(f"format {cls.name!r} registered twice")
+    _FORMATS[cls.name] = cls
+    return cls
+
+
+def format_names() -> list[str]:
+    return sorted(_FORMATS)
+
+
+def get_format(name: str) -> type[Format]:
+    try:
+        return _FORMATS[name]
+    except KeyError:
+        raise KeyError(f"unknown format {name!r} (known: {', '.join(format_names())})") from None
+
+
+assert set(EVENT_COLUMNS) >= {"kind", "error"}

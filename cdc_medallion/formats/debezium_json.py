@@ -1,0 +1,365 @@
+"""Debezium JSON (`debezium-json`): with or without the Kafka Connect schema envelope.
+
+Ops c/u/d/r/t map to INSERT/UPDATE/DELETE/SNAPSHOT/TRUNCATE; `m` (logical decoding message)
+is an informational event; a null or empty value is a tombstone (counted, not a change). Types
+come from the envelope schema, including Debezium's logical types; without a schema they are
+inferred from the JSON values. Order: PostgreSQL lsn, MySQL file+pos+row, SQL Server
+commit/change lsn, Oracle scn, else ts_ms — always with the landing position as tie-breaker.
+"""
+
+from __future__ import annotations
+
+import binascii
+import datetime as dt
+import decimal
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
+from cdc_medallion.formats.message import BronzeMessage, Event
+from cdc_medallion.formats.values import (
+    EPOCH,
+    EPOCH_DATE,
+    b64decode,
+    decimal_from_bytes,
+    dumps,
+    inferred_type,
+    loads,
+    text_of,
+    time_text,
+    timestamp_text,
+)
+from cdc_medallion.model import (
+    KIND_CHANGE,
+    KIND_KEY,
+    KIND_MESSAGE,
+    KIND_TOMBSTONE,
+    OP_DELETE,
+    OP_INSERT,
+    OP_SNAPSHOT,
+    OP_TRUNCATE,
+    OP_UPDATE,
+)
+
+OPS = {"c": OP_INSERT, "u": OP_UPDATE, "d": OP_DELETE, "r": OP_SNAPSHOT, "t": OP_TRUNCATE}
+
+# Kafka Connect primitive types -> Spark SQL types.
+CONNECT_TYPES = {
+    "int8": "tinyint",
+    "int16": "smallint",
+    "int32": "int",
+    "int64": "bigint",
+    "float32": "float",
+    "float": "float",
+    "float64": "double",
+    "double": "double",
+    "boolean": "boolean",
+    "string": "string",
+    "bytes": "binary",
+    "struct": "string",
+    "array": "string",
+    "map": "string",
+}
+
+# Logical types -> Spark SQL types (value conversion in `_convert`).
+LOGICAL_TYPES = {
+    "io.debezium.time.Date": "date",
+    "org.apache.kafka.connect.data.Date": "date",
+    "io.debezium.time.Time": "string",
+    "io.debezium.time.MicroTime": "string",
+    "io.debezium.time.NanoTime": "string",
+    "org.apache.kafka.connect.data.Time": "string",
+    "io.debezium.time.ZonedTime": "string",
+    "io.debezium.time.Timestamp": "timestamp",
+    "io.debezium.time.MicroTimestamp": "timestamp",
+    "io.debezium.time.NanoTimestamp": "timestamp",
+    "org.apache.kafka.connect.data.Timestamp": "timestamp",
+    "io.debezium.time.ZonedTimestamp": "timestamp",
+    "io.debezium.time.Year": "int",
+    "io.debezium.time.MicroDuration": "bigint",
+    "io.debezium.data.VariableScaleDecimal": "decimal(38,18)",
+    "io.debezium.data.Json": "string",
+    "io.debezium.data.Uuid": "string",
+    "io.debezium.data.Xml": "string",
+    "io.debezium.data.Enum": "string",
+    "io.debezium.data.EnumSet": "string",
+    "io.debezium.data.Bits": "binary",
+}
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+
+
+@register_format
+class DebeziumJson(Format):
+    name = "debezium-json"
+    options: ClassVar[Mapping[str, tuple[Any, str]]] = {
+        "table": (None, "table name for messages whose source block names none (schemaless test data)"),
+        "schema": (None, "schema name for such messages"),
+    }
+
+    def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
+        if message.value is None or message.value.strip() == b"":
+            return [self._tombstone(message)]
+        try:
+            document = loads(message.value)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ParseError("value", f"not valid JSON: {error}") from None
+        if not isinstance(document, dict):
+            raise ParseError("value", f"expected a JSON object, got {type(document).__name__}")
+        schema: dict[str, Any] | None = None
+        payload: Any = document
+        if "payload" in document and ("schema" in document or set(document) <= {"schema", "payload"}):
+            schema = document.get("schema") if isinstance(document.get("schema"), dict) else None
+            payload = document["payload"]
+            if payload is None:
+                return [self._tombstone(message)]
+        if not isinstance(payload, dict):
+            raise ParseError("payload", f"expected a JSON object, got {type(payload).__name__}")
+        if "op" not in payload:
+            if schema is not None and str(schema.get("name", "")).endswith(".Key"):
+                return [self._key_event(message, schema, payload)]
+            raise ParseError("payload.op", "missing: not a Debezium change event")
+        return [self._change(message, schema, payload)]
+
+    # --- events ---------------------------------------------------------------------------
+    def _tombstone(self, message: BronzeMessage) -> Event:
+        key = _key_payload(message)
+        return {
+            "kind": KIND_TOMBSTONE,
+            "source_table": self._table_from_topic(message),
+            "key_columns": list(key) if key else None,
+            "before": {k: text_of(v) for k, v in key.items()} if key else None,
+            "sequence": message.position,
+        }
+
+    def _key_event(self, message: BronzeMessage, schema: Mapping[str, Any], payload: Mapping[str, Any]) -> Event:
+        # Name: connector.database.table.Key (Debezium convention).
+        parts = str(schema.get("name", "")).split(".")
+        table = parts[-2] if len(parts) >= 3 else self._table_from_topic(message)
+        return {
+            "kind": KIND_KEY,
+            "source_schema": parts[-3] if len(parts) >= 4 else None,
+            "source_table": table,
+            "key_columns": list(payload),
+            "before": {k: text_of(v) for k, v in payload.items()},
+            "sequence": message.position,
+        }
+
+    def _change(self, message: BronzeMessage, schema: Mapping[str, Any] | None, payload: Mapping[str, Any]) -> Event:
+        code = payload.get("op")
+        source = payload.get("source") or {}
+        if not isinstance(source, dict):
+            raise ParseError("payload.source", f"expected a JSON object, got {type(source).__name__}")
+        if code == "m":
+            return {
+                "kind": KIND_MESSAGE,
+                "op": "MESSAGE",
+                "detail": dumps(payload.get("message")),
+                "sequence": self._sequence(source, payload, message),
+                "event_ts": _event_ts(source, payload),
+            }
+        if code not in OPS:
+            raise ParseError("payload.op", f"unknown operation type {code!r} (expected c, u, d, r, t or m)")
+        op = OPS[code]
+        table = source.get("table") or self.settings["table"] or self._table_from_topic(message)
+        if not table:
+            raise ParseError("payload.source.table", "missing, and no `table` option or topic to take it from")
+        fields = _value_fields(schema)
+        key = _key_payload(message)
+        before_raw = payload.get("before")
+        after_raw = payload.get("after")
+        for name, image in (("before", before_raw), ("after", after_raw)):
+            if image is not None and not isinstance(image, dict):
+                raise ParseError(f"payload.{name}", f"expected a JSON object or null, got {type(image).__name__}")
+        flags: list[str] = []
+        if op in (OP_INSERT, OP_SNAPSHOT, OP_UPDATE) and after_raw is None:
+            raise ParseError("payload.after", f"{op} without an 'after' image")
+        if op == OP_DELETE and before_raw is None:
+            if not key:
+                raise ParseError(
+                    "payload.before",
+                    "DELETE without a 'before' image, so the deleted row cannot be identified; if you are "
+                    "using the Debezium Postgres connector, set REPLICA IDENTITY FULL (or DEFAULT with a "
+                    "primary key) on the table, or land the Kafka message key with the value",
+                )
+            before_raw = key
+            flags.append("before_from_message_key")
+        if op == OP_UPDATE and before_raw is None:
+            flags.append("before_image_missing")
+        before = self._image(before_raw, fields, "payload.before")
+        after = self._image(after_raw, fields, "payload.after")
+        types, source_types = _column_types(fields, before_raw, after_raw)
+        changed = None
+        if op == OP_UPDATE and before is not None and after is not None:
+            if set(before) >= set(after):
+                changed = [c for c in after if before.get(c) != after.get(c)]
+            else:
+                flags.append("before_image_partial")
+        transaction = payload.get("transaction") if isinstance(payload.get("transaction"), dict) else {}
+        tx_id = source.get("txId", transaction.get("id"))
+        return {
+            "kind": KIND_CHANGE,
+            "source_db": _str(source.get("db")),
+            "source_schema": _str(source.get("schema")) or self.settings["schema"],
+            "source_table": str(table),
+            "op": op,
+            "key_columns": list(key) if key else None,
+            "before": before,
+            "after": after,
+            "changed_columns": changed,
+            "present_columns": list(after) if after is not None else None,
+            "column_types": types or None,
+            "source_types": source_types or None,
+            "sequence": self._sequence(source, payload, message),
+            "tx_id": None if tx_id is None else str(tx_id),
+            "tx_seq": _int(transaction.get("data_collection_order")),
+            "event_ts": _event_ts(source, payload),
+            "flags": flags or None,
+        }
+
+    def _image(
+        self, image: Mapping[str, Any] | None, fields: Mapping[str, Mapping[str, Any]], where: str
+    ) -> dict[str, str | None] | None:
+        if image is None:
+            return None
+        return {name: _convert(value, fields.get(name), f"{where}.{name}") for name, value in image.items()}
+
+    def _sequence(self, source: Mapping[str, Any], payload: Mapping[str, Any], message: BronzeMessage) -> str:
+        return f"{_source_order(source, payload)}|{message.position}"
+
+    def _table_from_topic(self, message: BronzeMessage) -> str | None:
+        """Debezium topics are `prefix.schema.table`; the last segment names the table."""
+        if self.settings["table"]:
+            return self.settings["table"]
+        if message.topic:
+            return message.topic.rsplit(".", 1)[-1]
+        return None
+
+
+# --- helpers ----------------------------------------------------------------------------------
+def _str(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _key_payload(message: BronzeMessage) -> dict[str, Any]:
+    """The Kafka message key's fields (Debezium key: the primary key), if it is JSON."""
+    if not message.key:
+        return {}
+    try:
+        key = loads(message.key)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    if isinstance(key, dict) and "payload" in key and isinstance(key["payload"], dict):
+        key = key["payload"]
+    return key if isinstance(key, dict) else {}
+
+
+def _value_fields(schema: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    """Field schemas of the row image (the envelope's `after`, else `before`, struct)."""
+    if not schema:
+        return {}
+    for wanted in ("after", "before"):
+        for field in schema.get("fields") or ():
+            if isinstance(field, dict) and field.get("field") == wanted and isinstance(field.get("fields"), list):
+                return {f.get("field"): f for f in field["fields"] if isinstance(f, dict)}
+    return {}
+
+
+def _column_types(
+    fields: Mapping[str, Mapping[str, Any]], before: Mapping[str, Any] | None, after: Mapping[str, Any] | None
+) -> tuple[dict[str, str], dict[str, str]]:
+    types: dict[str, str] = {}
+    source_types: dict[str, str] = {}
+    if fields:
+        for name, field in fields.items():
+            logical = field.get("name")
+            connect = str(field.get("type", "")).lower()
+            source_types[name] = str(logical or connect)
+            types[name] = _spark_type(field)
+        return types, source_types
+    for image in (before, after):
+        for name, value in (image or {}).items():
+            inferred = inferred_type(value)
+            if inferred is not None:
+                types[name] = inferred
+                source_types[name] = "json"
+    return types, source_types
+
+
+def _spark_type(field: Mapping[str, Any]) -> str:
+    logical = field.get("name")
+    if logical == DECIMAL:
+        parameters = field.get("parameters") or {}
+        scale = int(parameters.get("scale", 0))
+        precision = int(parameters.get("connect.decimal.precision", 38))
+        return f"decimal({max(precision, scale, 1)},{scale})"
+    if logical == "io.debezium.data.Bits" and str((field.get("parameters") or {}).get("length")) == "1":
+        return "boolean"
+    if logical in LOGICAL_TYPES:
+        return LOGICAL_TYPES[logical]
+    return CONNECT_TYPES.get(str(field.get("type", "")).lower(), "string")
+
+
+def _convert(value: Any, field: Mapping[str, Any] | None, where: str) -> str | None:
+    """Canonical text of one value, decoding Debezium's logical-type encodings."""
+    if value is None or field is None:
+        return text_of(value)
+    logical = field.get("name")
+    try:
+        if logical in ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"):
+            return (EPOCH_DATE + dt.timedelta(days=int(value))).isoformat()
+        if logical in ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time"):
+            return time_text(int(value) * 1000)
+        if logical == "io.debezium.time.MicroTime":
+            return time_text(int(value))
+        if logical == "io.debezium.time.NanoTime":
+            return time_text(int(value) // 1000)
+        if logical in ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp"):
+            return timestamp_text(EPOCH + dt.timedelta(milliseconds=int(value)))
+        if logical == "io.debezium.time.MicroTimestamp":
+            return timestamp_text(EPOCH + dt.timedelta(microseconds=int(value)))
+        if logical == "io.debezium.time.NanoTimestamp":
+            return timestamp_text(EPOCH + dt.timedelta(microseconds=int(value) // 1000))
+        if logical == "io.debezium.time.ZonedTimestamp":
+            return timestamp_text(dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")))
+        if logical == DECIMAL and isinstance(value, str):
+            scale = int((field.get("parameters") or {}).get("scale", 0))
+            return str(decimal_from_bytes(b64decode(value), scale))
+        if logical == "io.debezium.data.VariableScaleDecimal" and isinstance(value, dict):
+            return str(decimal_from_bytes(b64decode(value["value"]), int(value["scale"])))
+        if logical == "io.debezium.data.Bits" and str((field.get("parameters") or {}).get("length")) == "1":
+            return text_of(bool(b64decode(value)[0] & 1)) if isinstance(value, str) else text_of(value)
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, binascii.Error, decimal.InvalidOperation) as e:
+        raise ParseError(where, f"cannot decode {value!r} as {logical}: {e}") from None
+    return text_of(value)
+
+
+def _event_ts(source: Mapping[str, Any], payload: Mapping[str, Any]) -> dt.datetime | None:
+    """Source commit time (source.ts_ms); snapshots carry 0 there, so fall back to payload.ts_ms."""
+    for value in (source.get("ts_ms"), payload.get("ts_ms")):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return millis_to_ts(value)
+    return None
+
+
+def _source_order(source: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
+    """The connector's own total order as sortable text (fixed-width numbers)."""
+    lsn = source.get("lsn")
+    if isinstance(lsn, int) and not isinstance(lsn, bool):
+        return f"lsn:{lsn:020d}"
+    if source.get("file") is not None and isinstance(source.get("pos"), int):
+        row = source.get("row") if isinstance(source.get("row"), int) else 0
+        return f"binlog:{source['file']}:{source['pos']:020d}:{row:010d}"
+    if source.get("commit_lsn") or source.get("change_lsn"):
+        serial = source.get("event_serial_no") if isinstance(source.get("event_serial_no"), int) else 0
+        return f"mssql:{source.get('commit_lsn') or ''}:{source.get('change_lsn') or ''}:{serial:010d}"
+    scn = source.get("scn")
+    if scn is not None and str(scn).isdigit():
+        return f"scn:{int(scn):030d}"
+    ts = source.get("ts_ms") if isinstance(source.get("ts_ms"), int) and source.get("ts_ms") else payload.get("ts_ms")
+    if isinstance(ts, int) and not isinstance(ts, bool):
+        return f"ts:{ts:020d}"
+    return "ts:"

@@ -1,0 +1,98 @@
+"""Canonical text for row-image values, and the Spark types they are cast to in gold.
+
+Images are MAP<STRING,STRING> so that every format fits one model and "absent" stays
+distinguishable from NULL. Each value is written as text that Spark's `try_cast` (or
+`unbase64` for binary) turns back into the typed value without loss.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+from typing import Any
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+EPOCH_DATE = dt.date(1970, 1, 1)
+
+
+def loads(raw: bytes | str) -> Any:
+    """Parse JSON keeping decimal numbers exact (3.140000104904175 stays that text)."""
+    return json.loads(raw, parse_float=decimal.Decimal)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+
+
+def text_of(value: Any) -> str | None:
+    """Canonical text of a JSON value: scalars as their literal, objects/arrays as compact JSON."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | decimal.Decimal):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    return dumps(value)
+
+
+def inferred_type(value: Any) -> str | None:
+    """Spark type of a JSON value when the message carries no schema (None: no evidence)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint"
+    if isinstance(value, decimal.Decimal | float):
+        return "double"
+    return "string"
+
+
+_WIDER = {("bigint", "double"): "double", ("double", "bigint"): "double"}
+
+
+def widen(current: str | None, new: str | None) -> str | None:
+    """The type that holds values of both (schemaless inference across messages)."""
+    if current is None or current == new:
+        return new if current is None else current
+    if new is None:
+        return current
+    return _WIDER.get((current, new), "string")
+
+
+def timestamp_text(value: dt.datetime) -> str:
+    """UTC timestamp text Spark casts exactly (microseconds kept)."""
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value.isoformat(sep=" ")
+
+
+def time_text(micros: int) -> str:
+    """Time of day from microseconds since midnight (Spark has no TIME type here: kept as text)."""
+    seconds, micro = divmod(int(micros), 1_000_000)
+    minutes, second = divmod(seconds, 60)
+    hour, minute = divmod(minutes, 60)
+    text = f"{hour:02d}:{minute:02d}:{second:02d}"
+    return f"{text}.{micro:06d}" if micro else text
+
+
+def decimal_from_bytes(data: bytes, scale: int) -> decimal.Decimal:
+    """Kafka Connect Decimal: big-endian two's-complement unscaled value."""
+    unscaled = int.from_bytes(data, "big", signed=True)
+    return decimal.Decimal(unscaled).scaleb(-scale)
+
+
+def b64decode(text: str) -> bytes:
+    return base64.b64decode(text, validate=True)

@@ -1,0 +1,41 @@
+"""Validation of names that come from messages or config before they reach SQL, paths or table names.
+
+Source systems can name tables anything; a hostile or broken message must not be able to
+escape the storage root (`../../x`) or inject SQL (`t; DROP TABLE y`). We accept a conservative
+identifier alphabet and quote everything we put into SQL.
+"""
+
+from __future__ import annotations
+
+import re
+
+from cdc_medallion.errors import IdentifierError
+
+# Letters (any script), digits, underscore and `$` (Oracle/Db2 names use it); must not start with a digit.
+_IDENTIFIER = re.compile(r"^[^\W\d][\w$]{0,254}$", re.UNICODE)
+_DATASET = re.compile(r"^[a-z_][a-z0-9_]{0,254}$")
+
+
+def is_safe_identifier(name: object) -> bool:
+    """True for a name safe as a column or table name (no dots, slashes, quotes, spaces)."""
+    return isinstance(name, str) and bool(_IDENTIFIER.match(name))
+
+
+def check_identifier(name: object, what: str = "identifier") -> str:
+    """Return `name` if it is a safe identifier, else raise naming what it was for."""
+    if not is_safe_identifier(name):
+        raise IdentifierError(f"unsafe {what} {name!r}: use letters, digits, '_' or '$', not starting with a digit")
+    return name  # type: ignore[return-value]
+
+
+def dataset_name(*parts: str) -> str:
+    """Build a dataset name (also a directory name) from safe parts, lower-cased."""
+    name = "_".join(p for p in parts if p).lower()
+    if not _DATASET.match(name):
+        raise IdentifierError(f"unsafe dataset name {name!r}: use a-z, 0-9 and '_'")
+    return name
+
+
+def quote(name: str) -> str:
+    """Backtick-quote a validated identifier for Spark SQL."""
+    return "`" + check_identifier(name).replace("`", "``") + "`"

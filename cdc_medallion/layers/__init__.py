@@ -1,0 +1,24 @@
+"""Dataset definitions per layer; `transformations/*.py` call these so Databricks and the local
+runner load the very same graph."""
+
+from __future__ import annotations
+
+from cdc_medallion.config import PipelineConf
+from cdc_medallion.identifiers import dataset_name
+
+
+def bronze_name(source: str) -> str:
+    return dataset_name("bronze", source)
+
+
+def silver_name(source: str) -> str:
+    return dataset_name("silver", source)
+
+
+def define_all(conf: PipelineConf) -> None:
+    """Every layer, in order (used where there is no transformations folder, e.g. `ingest`)."""
+    from cdc_medallion.layers import bronze, gold, silver
+
+    bronze.define(conf)
+    silver.define(conf)
+    gold.define(conf)

@@ -1,0 +1,1 @@
+"""Data-quality rules as data, and (later) suites and reports."""

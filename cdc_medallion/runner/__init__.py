@@ -1,0 +1,1 @@
+"""The local runner: executes the declared graph on PySpark with Delta tables."""

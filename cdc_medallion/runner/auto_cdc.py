@@ -1,0 +1,440 @@
+"""`create_auto_cdc_flow` semantics on Delta tables: SCD type 1 and 2, out-of-order safe.
+
+For the keys a batch touches, the target's existing rows are turned back into events, merged
+with the new events, and the key's state is rebuilt in sequence order; the result replaces
+the key's rows in one MERGE. A late event therefore lands at its place in the history, and a
+late update never resurrects a deleted row: deletes leave a tombstone in the flow's state
+table, truncates a table-wide marker (DLT keeps tombstones the same way).
+
+Rules (as in DLT): a new SCD2 version starts when a tracked column changes or the key comes
+back after a delete; changes to untracked columns update the current version in place; a
+delete closes the open version at the delete's sequence. Columns absent from a partial image
+keep their previous value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, StringType, StructField, StructType
+
+from cdc_medallion.declarative.definitions import AutoCdcFlow
+from cdc_medallion.errors import GraphError
+from cdc_medallion.identifiers import quote
+from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore
+
+SEQ, DELETE, TRUNCATE, PRESENT, ORIGIN = "__seq", "__is_delete", "__is_truncate", "__present", "__origin"
+SCD1_SEQUENCE = "__sequence"
+START_AT, END_AT = "__START_AT", "__END_AT"
+ACTION = "__action"
+
+
+@dataclass
+class ApplyResult:
+    upserted: int = 0
+    deleted: int = 0
+    truncates: int = 0
+
+
+def _expr(value: str | Column | None, default: bool = False) -> Column:
+    if value is None:
+        return F.lit(default)
+    return F.expr(value) if isinstance(value, str) else value
+
+
+def data_columns(flow: AutoCdcFlow, source_columns: list[str]) -> list[str]:
+    if flow.column_list is not None:
+        missing = [c for c in flow.column_list if c not in source_columns]
+        if missing:
+            raise GraphError(f"auto CDC flow {flow.name}: column_list names unknown columns {missing}")
+        columns = list(flow.column_list)
+    else:
+        excluded = set(flow.except_column_list or ())
+        columns = [c for c in source_columns if c not in excluded]
+    for key in flow.keys:
+        if key not in columns:
+            raise GraphError(f"auto CDC flow {flow.name}: key {key!r} is not among the columns {columns}")
+    return columns
+
+
+def tracked_columns(flow: AutoCdcFlow, columns: list[str]) -> list[str]:
+    values = [c for c in columns if c not in flow.keys]
+    if flow.track_history_column_list is not None:
+        return [c for c in values if c in flow.track_history_column_list]
+    if flow.track_history_except_column_list is not None:
+        return [c for c in values if c not in flow.track_history_except_column_list]
+    return values
+
+
+class AutoCdcApplier:
+    """Applies one batch of one auto CDC flow."""
+
+    def __init__(self, store: DeltaRsStore, flow: AutoCdcFlow, properties: dict[str, str]) -> None:
+        self.store = store
+        self.spark = store.spark
+        self.flow = flow
+        self.properties = properties
+        self.state_name = f"{STATE_DIR}/{flow.target}"
+
+    # --- public -----------------------------------------------------------------------------
+    def apply(self, batch: DataFrame, txns: dict[str, int]) -> ApplyResult:
+        flow = self.flow
+        columns = data_columns(flow, batch.columns)
+        events = self._events(batch, columns)
+        events.persist()
+        try:
+            self._ensure_target(events, columns)
+            new_truncates = [r[SEQ] for r in events.filter(F.col(TRUNCATE)).select(SEQ).distinct().collect()]
+            rows = events.filter(~F.col(TRUNCATE)).drop(TRUNCATE)
+            result = self._apply(rows, columns, new_truncates, txns)
+        finally:
+            events.unpersist()
+        result.truncates = len(new_truncates)
+        return result
+
+    # --- event preparation -------------------------------------------------------------------
+    def _events(self, batch: DataFrame, columns: list[str]) -> DataFrame:
+        flow = self.flow
+        if flow.present_columns_column:
+            present = F.col(flow.present_columns_column)
+        elif flow.ignore_null_updates:
+            present = F.filter(
+                F.array(*[F.when(F.col(c).isNotNull(), F.lit(c)) for c in columns]), lambda x: x.isNotNull()
+            )
+        else:
+            present = F.lit(None).cast(ArrayType(StringType()))
+        sequence = F.col(flow.sequence_by) if isinstance(flow.sequence_by, str) else flow.sequence_by
+        return batch.select(
+            *[F.col(quote(c)) for c in columns],
+            sequence.alias(SEQ),
+            F.coalesce(_expr(flow.apply_as_deletes), F.lit(False)).alias(DELETE),
+            F.coalesce(_expr(flow.apply_as_truncates), F.lit(False)).alias(TRUNCATE),
+            present.alias(PRESENT),
+        ).filter(F.col(SEQ).isNotNull())
+
+    def _target_schema(self, events: DataFrame, columns: list[str]) -> StructType:
+        fields = [events.schema[c] for c in columns]
+        seq_type = events.schema[SEQ].dataType
+        if self.flow.stored_as_scd_type == 1:
+            extra = [StructField(SCD1_SEQUENCE, seq_type)]
+        else:
+            extra = [StructField(START_AT, seq_type), StructField(END_AT, seq_type)]
+        return StructType([StructField(f.name, f.dataType, True) for f in fields] + extra)
+
+    def _ensure_target(self, events: DataFrame, columns: list[str]) -> None:
+        schema = self._target_schema(events, columns)
+        self.store.ensure_table(self.flow.target, schema, self.properties)
+        existing = self.store.spark_schema(self.flow.target)
+        missing = [f for f in schema.fields if f.name not in existing.fieldNames()]
+        if missing:  # schema evolution: a column appeared (e.g. added by DDL)
+            from deltalake.schema import Field
+
+            from cdc_medallion.storage.delta_rs import arrow_schema
+
+            new_fields = [Field.from_arrow(f) for f in arrow_schema(StructType(missing))]
+            self.store.table(self.flow.target).alter.add_columns(new_fields)
+        key_schema = StructType([schema[k] for k in self.flow.keys])
+        state_schema = StructType(
+            [*key_schema.fields, StructField(SEQ, schema.fields[-1].dataType), StructField("kind", StringType())]
+        )
+        self.store.ensure_table(self.state_name, state_schema, {"layer": "state"})
+
+    # --- rebuild -----------------------------------------------------------------------------
+    def _apply(
+        self, events: DataFrame, columns: list[str], new_truncates: list[str], txns: dict[str, int]
+    ) -> ApplyResult:
+        flow = self.flow
+        keys = list(flow.keys)
+        target = self.store.read(flow.target)
+        for column in columns:  # a column the batch lacks: treat as absent, keep previous values
+            if column not in target.columns:
+                target = target.withColumn(column, F.lit(None).cast(events.schema[column].dataType))
+        state = self.store.read(self.state_name)
+        all_truncates = sorted(
+            set(new_truncates) | {r[SEQ] for r in state.filter(F.col("kind") == "truncate").select(SEQ).collect()}
+        )
+        if new_truncates:  # a truncate touches every key of the table
+            affected = target.select(*keys).union(events.select(*keys)).distinct()
+        else:
+            affected = events.select(*keys).distinct()
+        affected.persist()
+        try:
+            history = self._existing_events(target, state, affected, columns)
+            everything = events.withColumn(ORIGIN, F.lit(1)).unionByName(history)
+            if all_truncates:
+                truncate_events = affected.crossJoin(
+                    self.spark.createDataFrame(
+                        [(t,) for t in all_truncates], StructType([StructField(SEQ, StringType())])
+                    )
+                )
+                everything = everything.unionByName(
+                    truncate_events.select(
+                        *keys,
+                        *[F.lit(None).cast(events.schema[c].dataType).alias(c) for c in columns if c not in keys],
+                        F.col(SEQ).cast(events.schema[SEQ].dataType).alias(SEQ),
+                        F.lit(True).alias(DELETE),
+                        F.lit(None).cast(ArrayType(StringType())).alias(PRESENT),
+                        F.lit(-1).alias(ORIGIN),
+                    ),
+                    allowMissingColumns=False,
+                )
+            filled = self._fill(everything, columns)
+            if flow.stored_as_scd_type == 1:
+                result = self._write_scd1(filled, columns, target, affected, txns, new_truncates)
+            else:
+                result = self._write_scd2(filled, columns, target, affected, txns, new_truncates)
+        finally:
+            affected.unpersist()
+        return result
+
+    def _existing_events(
+        self, target: DataFrame, state: DataFrame, affected: DataFrame, columns: list[str]
+    ) -> DataFrame:
+        keys = list(self.flow.keys)
+        rows = target.join(affected, on=keys, how="left_semi")
+        null_present = F.lit(None).cast(ArrayType(StringType()))
+        if self.flow.stored_as_scd_type == 1:
+            upserts = rows.select(
+                *columns, F.col(SCD1_SEQUENCE).alias(SEQ), F.lit(False).alias(DELETE), null_present.alias(PRESENT)
+            )
+            tombstones = state.filter(F.col("kind") == "tombstone").join(affected, on=keys, how="left_semi")
+            deletes = tombstones.select(
+                *keys,
+                *[F.lit(None).cast(target.schema[c].dataType).alias(c) for c in columns if c not in keys],
+                F.col(SEQ),
+                F.lit(True).alias(DELETE),
+                null_present.alias(PRESENT),
+            )
+            return upserts.unionByName(deletes).withColumn(ORIGIN, F.lit(0))
+        upserts = rows.select(
+            *columns, F.col(START_AT).alias(SEQ), F.lit(False).alias(DELETE), null_present.alias(PRESENT)
+        )
+        starts = rows.select(*keys, F.col(START_AT).alias("__s"))
+        closed = rows.filter(F.col(END_AT).isNotNull()).alias("v")
+        # A version whose end is not another version's start was ended by a delete.
+        join = [F.col(f"v.{quote(k)}").eqNullSafe(F.col(f"n.{quote(k)}")) for k in keys] + [
+            F.col(f"v.{END_AT}") == F.col("n.__s")
+        ]
+        ended_by_delete = closed.join(starts.alias("n"), on=join, how="left_anti")
+        deletes = ended_by_delete.select(
+            *[F.col(f"v.{quote(k)}").alias(k) for k in keys],
+            *[F.lit(None).cast(target.schema[c].dataType).alias(c) for c in columns if c not in keys],
+            F.col(f"v.{END_AT}").alias(SEQ),
+            F.lit(True).alias(DELETE),
+            null_present.alias(PRESENT),
+        )
+        return upserts.unionByName(deletes).withColumn(ORIGIN, F.lit(0))
+
+    def _fill(self, events: DataFrame, columns: list[str]) -> DataFrame:
+        """Carry absent columns forward within a key's life (since its last delete)."""
+        keys = list(self.flow.keys)
+        order = [F.col(SEQ), F.col(ORIGIN)]
+        by_key = Window.partitionBy(*keys).orderBy(*order)
+        running = by_key.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        events = events.withColumn("__life", F.sum(F.col(DELETE).cast("int")).over(running) - F.col(DELETE).cast("int"))
+        in_life = (
+            Window.partitionBy(*keys, "__life")
+            .orderBy(*order)
+            .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        )
+        values = [c for c in columns if c not in keys]
+        if not values:
+            return events
+        present = F.col(PRESENT)
+        return events.select(
+            *[F.col(quote(k)) for k in keys],
+            *[
+                F.last(
+                    F.when(present.isNull() | F.array_contains(present, c), F.struct(F.col(quote(c)).alias("v"))),
+                    ignorenulls=True,
+                )
+                .over(in_life)
+                .getField("v")
+                .alias(c)
+                for c in values
+            ],
+            SEQ,
+            DELETE,
+            ORIGIN,
+            "__life",
+        )
+
+    # --- SCD1 -------------------------------------------------------------------------------
+    def _write_scd1(
+        self,
+        filled: DataFrame,
+        columns: list[str],
+        target: DataFrame,
+        affected: DataFrame,
+        txns: dict[str, int],
+        new_truncates: list[str],
+    ) -> ApplyResult:
+        keys = list(self.flow.keys)
+        last = Window.partitionBy(*keys).orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
+        final = filled.withColumn("__rn", F.row_number().over(last)).filter("__rn = 1").drop("__rn")
+        final.persist()
+        try:
+            upserts = final.filter(~F.col(DELETE)).select(
+                *columns, F.col(SEQ).alias(SCD1_SEQUENCE), F.lit("upsert").alias(ACTION)
+            )
+            deletes = final.filter(F.col(DELETE)).select(
+                *columns, F.col(SEQ).alias(SCD1_SEQUENCE), F.lit("delete").alias(ACTION)
+            )
+            changes = upserts.unionByName(deletes)
+            state_rows = final.select(
+                *keys,
+                F.col(SEQ),
+                F.when(F.col(DELETE), F.lit("tombstone")).otherwise(F.lit("clear")).alias("kind"),
+            )
+            self._write_state(state_rows, new_truncates, txns)
+            return self._merge(changes, keys, [*columns, SCD1_SEQUENCE], txns)
+        finally:
+            final.unpersist()
+
+    # --- SCD2 -------------------------------------------------------------------------------
+    def _write_scd2(
+        self,
+        filled: DataFrame,
+        columns: list[str],
+        target: DataFrame,
+        affected: DataFrame,
+        txns: dict[str, int],
+        new_truncates: list[str],
+    ) -> ApplyResult:
+        keys = list(self.flow.keys)
+        tracked = tracked_columns(self.flow, columns)
+        by_key = Window.partitionBy(*keys).orderBy(F.col(SEQ), F.col(ORIGIN))
+        tracked_value = F.struct(*[F.col(quote(c)) for c in tracked]) if tracked else F.lit(0)
+        marked = (
+            filled.withColumn("__tracked", tracked_value)
+            .withColumn("__prev_delete", F.lag(DELETE).over(by_key))
+            .withColumn("__prev_tracked", F.lag("__tracked").over(by_key))
+            .withColumn(
+                "__starts",
+                ~F.col(DELETE)
+                & (
+                    F.col("__prev_delete").isNull()
+                    | F.col("__prev_delete")
+                    | ~F.col("__tracked").eqNullSafe(F.col("__prev_tracked"))
+                ),
+            )
+        )
+        following = by_key.rowsBetween(1, Window.unboundedFollowing)
+        marked = marked.withColumn(
+            "__next_boundary", F.min(F.when(F.col(DELETE) | F.col("__starts"), F.col(SEQ))).over(following)
+        ).withColumn(
+            "__version", F.sum(F.col("__starts").cast("int")).over(by_key.rowsBetween(Window.unboundedPreceding, 0))
+        )
+        upserts = marked.filter(~F.col(DELETE) & (F.col("__version") > 0))
+        in_version = Window.partitionBy(*keys, "__version")
+        latest = Window.partitionBy(*keys, "__version").orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
+        versions = (
+            upserts.withColumn(START_AT, F.min(SEQ).over(in_version))
+            .withColumn("__rn", F.row_number().over(latest))
+            .filter("__rn = 1")
+            .select(*columns, F.col(START_AT), F.col("__next_boundary").alias(END_AT))
+        )
+        versions.persist()
+        try:
+            existing = target.join(affected, on=keys, how="left_semi")
+            vanished = existing.alias("o").join(
+                versions.alias("n"),
+                on=[F.col(f"o.{quote(k)}").eqNullSafe(F.col(f"n.{quote(k)}")) for k in keys]
+                + [F.col(f"o.{START_AT}") == F.col(f"n.{START_AT}")],
+                how="left_anti",
+            )
+            changes = versions.withColumn(ACTION, F.lit("upsert")).unionByName(
+                vanished.select(*columns, START_AT, END_AT).withColumn(ACTION, F.lit("delete"))
+            )
+            if new_truncates:
+                self._write_state(
+                    self.spark.createDataFrame([], self.store.spark_schema(self.state_name)), new_truncates, txns
+                )
+            return self._merge(changes, [*keys, START_AT], [*columns, START_AT, END_AT], txns)
+        finally:
+            versions.unpersist()
+
+    # --- writes -----------------------------------------------------------------------------
+    def _write_state(self, rows: DataFrame, new_truncates: list[str], txns: dict[str, int]) -> None:
+        """Tombstones and truncate markers; committed before the target, idempotently."""
+        if self._already_committed(self.state_name, txns):
+            return
+        keys = list(self.flow.keys)
+        schema = self.store.spark_schema(self.state_name)
+        truncates = self.spark.createDataFrame(
+            [(*tuple([None] * len(keys)), t, "truncate") for t in new_truncates], schema
+        )
+        source = rows.select(*[F.col(quote(f.name)).cast(f.dataType) for f in schema.fields]).unionByName(truncates)
+        data = source.toArrow()
+        if data.num_rows == 0:
+            self.store.commit_progress(self.state_name, txns)
+            return
+        on = " AND ".join(f"(t.{quote(k)} <=> s.{quote(k)})" for k in keys)
+        predicate = f"({on}) AND t.`kind` <> 'truncate' AND s.`kind` <> 'truncate'"
+        table = self.store.table(self.state_name)
+        from deltalake import CommitProperties, Transaction
+
+        assignments = {quote(f.name): f"s.{quote(f.name)}" for f in schema.fields}
+        (
+            table.merge(
+                data,
+                predicate=_datafusion(predicate),
+                source_alias="s",
+                target_alias="t",
+                commit_properties=CommitProperties(app_transactions=[Transaction(k, v) for k, v in txns.items()]),
+            )
+            .when_matched_delete(predicate="s.`kind` = 'clear'")
+            .when_matched_update(updates=assignments, predicate="s.`kind` = 'tombstone'")
+            .when_not_matched_insert(updates=assignments, predicate="s.`kind` <> 'clear'")
+            .execute()
+        )
+
+    def _already_committed(self, name: str, txns: dict[str, int]) -> bool:
+        return bool(txns) and all((self.store.txn_version(name, k) or -1) >= v for k, v in txns.items())
+
+    def _merge(self, changes: DataFrame, match: list[str], columns: list[str], txns: dict[str, int]) -> ApplyResult:
+        from deltalake import CommitProperties, Transaction
+
+        if self._already_committed(self.flow.target, txns):
+            return ApplyResult()
+        schema = self.store.spark_schema(self.flow.target)
+        ordered = changes.select(
+            *[
+                F.col(quote(f.name)).cast(f.dataType)
+                if f.name in changes.columns
+                else F.lit(None).cast(f.dataType).alias(f.name)
+                for f in schema.fields
+            ],
+            F.col(ACTION),
+        )
+        data = ordered.toArrow()
+        if data.num_rows == 0:
+            self.store.commit_progress(self.flow.target, txns)
+            return ApplyResult()
+        predicate = " AND ".join(f"(t.{quote(c)} <=> s.{quote(c)})" for c in match)
+        assignments = {quote(c): f"s.{quote(c)}" for c in schema.fieldNames()}
+        metrics = (
+            self.store.table(self.flow.target)
+            .merge(
+                data,
+                predicate=_datafusion(predicate),
+                source_alias="s",
+                target_alias="t",
+                commit_properties=CommitProperties(app_transactions=[Transaction(k, v) for k, v in txns.items()]),
+            )
+            .when_matched_delete(predicate=f"s.{ACTION} = 'delete'")
+            .when_matched_update(updates=assignments, predicate=f"s.{ACTION} = 'upsert'")
+            .when_not_matched_insert(updates=assignments, predicate=f"s.{ACTION} = 'upsert'")
+            .execute()
+        )
+        return ApplyResult(
+            upserted=int(metrics.get("num_target_rows_inserted", 0)) + int(metrics.get("num_target_rows_updated", 0)),
+            deleted=int(metrics.get("num_target_rows_deleted", 0)),
+        )
+
+
+def _datafusion(predicate: str) -> str:
+    """DataFusion spells null-safe equality `IS NOT DISTINCT FROM`."""
+    return predicate.replace(" <=> ", " IS NOT DISTINCT FROM ")

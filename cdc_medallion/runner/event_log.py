@@ -1,0 +1,83 @@
+"""The event log, shaped like the Databricks pipeline event log.
+
+`details` is a JSON string; for `flow_progress` events it holds
+`{"flow_progress": {"status", "metrics": {"num_output_rows"}, "data_quality": {"dropped_records",
+"expectations": [{"name", "dataset", "passed_records", "failed_records"}]}}}`, so reports and
+queries written for Databricks read ours unchanged.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+from cdc_medallion.storage.delta_rs import SYSTEM_DIR, DeltaRsStore, arrow_schema
+
+EVENT_LOG = f"{SYSTEM_DIR}/event_log"
+ORIGIN = StructType(
+    [
+        StructField("pipeline_name", StringType()),
+        StructField("update_id", StringType()),
+        StructField("flow_name", StringType()),
+        StructField("dataset_name", StringType()),
+    ]
+)
+EVENT_LOG_SCHEMA = StructType(
+    [
+        StructField("id", StringType()),
+        StructField("timestamp", TimestampType()),
+        StructField("event_type", StringType()),
+        StructField("level", StringType()),
+        StructField("message", StringType()),
+        StructField("origin", ORIGIN),
+        StructField("details", StringType()),
+    ]
+)
+
+
+class EventLog:
+    """Buffers one update's events and appends them in one commit (and on failure)."""
+
+    def __init__(self, store: DeltaRsStore, pipeline_name: str, update_id: str) -> None:
+        self.store = store
+        self.pipeline_name = pipeline_name
+        self.update_id = update_id
+        self.events: list[dict[str, Any]] = []
+
+    def emit(
+        self,
+        event_type: str,
+        message: str,
+        details: dict[str, Any],
+        flow: str | None = None,
+        dataset: str | None = None,
+        level: str = "INFO",
+    ) -> None:
+        self.events.append(
+            {
+                "id": uuid.uuid4().hex,
+                "timestamp": dt.datetime.now(dt.UTC),
+                "event_type": event_type,
+                "level": level,
+                "message": message,
+                "origin": {
+                    "pipeline_name": self.pipeline_name,
+                    "update_id": self.update_id,
+                    "flow_name": flow,
+                    "dataset_name": dataset,
+                },
+                "details": json.dumps(details, default=str),
+            }
+        )
+
+    def flush(self) -> None:
+        if not self.events:
+            return
+        table = pa.Table.from_pylist(self.events, schema=arrow_schema(EVENT_LOG_SCHEMA))
+        self.store.append_arrow(EVENT_LOG, table, EVENT_LOG_SCHEMA, txns={}, properties={"layer": "system"})
+        self.events.clear()

@@ -1,0 +1,352 @@
+"""The local runner: one update of the declared graph on PySpark and Delta tables.
+
+Streaming tables are incremental: a flow reads only what it has not read yet, and records
+how far it has read in the same atomic commit as its output (app transactions), so killing
+the process anywhere and running again neither loses nor duplicates rows. Materialized views
+are recomputed. Dependencies are resolved as flows read each other, in any declaration order.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+from cdc_medallion.config import PipelineConf, SourceConf
+from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow, Dataset, DatasetKind, Flow
+from cdc_medallion.declarative.runtime import reading_with
+from cdc_medallion.errors import CdcMedallionError, ConcurrentRunError, GraphError
+from cdc_medallion.model import BRONZE_SCHEMA
+from cdc_medallion.runner import expectations as exp
+from cdc_medallion.runner.auto_cdc import AutoCdcApplier
+from cdc_medallion.runner.event_log import EventLog
+from cdc_medallion.runner.graph import Graph, load_graph
+from cdc_medallion.sources.files import FileLanding
+from cdc_medallion.spark import get_spark
+from cdc_medallion.storage.delta_rs import DeltaRsStore
+
+Progress = Callable[[str], None]
+
+
+def stderr_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass
+class FlowResult:
+    flow: str
+    target: str
+    batches: int = 0
+    output_rows: int = 0
+    quarantined: int = 0
+    dropped: int = 0
+    deleted: int = 0
+
+
+@dataclass
+class UpdateResult:
+    update_id: str
+    flows: dict[str, FlowResult] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class StorageLock:
+    """One run at a time per storage root: a second run fails at once, naming the holder."""
+
+    def __init__(self, root: os.PathLike[str] | str) -> None:
+        self.path = os.path.join(root, "_lock")
+        self.handle: IO[str] | None = None
+
+    def __enter__(self) -> StorageLock:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        handle = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise ConcurrentRunError(
+                f"storage {os.path.dirname(self.path)} is in use by {holder}; retry when it ends"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        self.handle = handle
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not None:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()
+
+
+class FlowReader:
+    """What `dp.read_stream` / `dp.read` / `landing_stream` mean while one flow runs."""
+
+    def __init__(self, runner: LocalRunner, flow: AnyFlow) -> None:
+        self.runner = runner
+        self.flow = flow
+        self.txns: dict[str, int] = {}
+        self.has_new = False
+        self.more = False
+        self.bytes_read = 0
+        self.view_reports: list[exp.ExpectationReport] = []
+        self.view_quarantines: list[tuple[str, DataFrame]] = []
+
+    def _app_id(self, source: str) -> str:
+        return f"{self.flow.name}<-{source}"
+
+    def read_stream(self, name: str) -> DataFrame:
+        dataset = self.runner.graph.dataset(name)
+        if dataset.is_view:
+            return self._view(dataset)
+        self.runner.ensure_fresh(name)
+        store = self.runner.store
+        if not store.exists(name):
+            raise GraphError(f"{self.flow.name} reads {name}, which has never been written")
+        app_id = self._app_id(name)
+        done = store.txn_version(self.flow.target, app_id)
+        current = store.version(name)
+        assert current is not None
+        self.txns[app_id] = current
+        if done is not None and done >= current:
+            return store.read(name).limit(0)
+        self.has_new = True
+        return store.read_appended(name, done, current)
+
+    def read(self, name: str) -> DataFrame:
+        dataset = self.runner.graph.dataset(name)
+        if dataset.is_view:
+            return self._view(dataset)
+        self.runner.ensure_fresh(name)
+        self.has_new = True
+        return self.runner.store.read(name)
+
+    def read_source(self, source: SourceConf) -> DataFrame:
+        landing = FileLanding(source, self.runner.conf.max_messages_per_batch)
+        target = self.flow.target
+        store = self.runner.store
+        batch = landing.next_batch(lambda app_id: store.txn_version(target, app_id))
+        self.txns.update(batch.txns)
+        self.more = self.more or batch.more
+        self.bytes_read += batch.bytes_read
+        if batch.rows:
+            self.has_new = True
+        return self.runner.spark.createDataFrame(batch.to_arrow(), schema=BRONZE_SCHEMA)
+
+    def _view(self, dataset: Dataset) -> DataFrame:
+        assert dataset.query is not None
+        df = dataset.query()
+        if not dataset.expectations:
+            return df
+        marked = exp.mark(df, dataset.expectations, dataset.name).persist(StorageLevel.MEMORY_AND_DISK)
+        split = exp.split(marked, dataset.expectations, dataset.name)
+        self.view_reports.append(split.report)
+        if split.quarantine is not None:
+            self.view_quarantines.append((f"{dataset.name}_quarantine", split.quarantine))
+        return split.valid
+
+
+class LocalRunner:
+    """Runs updates of one pipeline conf against its storage."""
+
+    def __init__(self, conf: PipelineConf, spark: SparkSession | None = None, progress: Progress | None = None) -> None:
+        self.conf = conf
+        self.spark = spark or get_spark()
+        self.store = DeltaRsStore(conf.storage, self.spark)
+        self.progress = progress or (lambda _line: None)
+        self.graph: Graph = Graph({}, {})
+        self._done: set[str] = set()
+        self._running: list[str] = []
+        self.result = UpdateResult(update_id="")
+        self.log: EventLog | None = None
+
+    # --- update -------------------------------------------------------------------------------
+    def update(self, full_refresh: bool = False, lock: bool = True) -> UpdateResult:
+        """Run every flow once; `lock=False` when the caller already holds the storage lock."""
+        started = time.monotonic()
+        with StorageLock(self.store.root) if lock else nullcontext():
+            if full_refresh:
+                self.progress(f"full refresh: clearing {self.store.root}")
+                self.store.drop_all()
+            self.graph = load_graph(self.conf)
+            update_id = uuid.uuid4().hex
+            self.result = UpdateResult(update_id=update_id)
+            self.log = EventLog(self.store, self.conf.name, update_id)
+            self.log.emit("create_update", f"update {update_id} started", {"full_refresh": full_refresh})
+            self._done = set()
+            try:
+                for name, dataset in self.graph.datasets.items():
+                    if not dataset.is_view:
+                        self.ensure_fresh(name)
+            except CdcMedallionError as error:
+                self.log.emit("update_progress", str(error), {"update_progress": {"state": "FAILED"}}, level="ERROR")
+                self.log.flush()
+                raise
+            self.result.seconds = time.monotonic() - started
+            self.log.emit(
+                "update_progress",
+                f"update {update_id} completed in {self.result.seconds:.1f}s",
+                {"update_progress": {"state": "COMPLETED"}},
+            )
+            self.log.flush()
+        return self.result
+
+    def ensure_fresh(self, name: str) -> None:
+        """Bring dataset `name` up to date in this update (once), running what feeds it."""
+        if name in self._done:
+            return
+        if name in self._running:
+            cycle = " -> ".join([*self._running[self._running.index(name) :], name])
+            raise GraphError(f"dependency cycle: {cycle}")
+        self._running.append(name)
+        try:
+            dataset = self.graph.dataset(name)
+            if dataset.kind is DatasetKind.MATERIALIZED_VIEW:
+                self._run_materialized_view(dataset)
+            elif dataset.kind is DatasetKind.STREAMING_TABLE:
+                for flow in self.graph.flows_into(name):
+                    self._run_flow(flow)
+        finally:
+            self._running.pop()
+        self._done.add(name)
+
+    # --- flows --------------------------------------------------------------------------------
+    def _run_flow(self, flow: AnyFlow) -> None:
+        result = self.result.flows.setdefault(flow.name, FlowResult(flow=flow.name, target=flow.target))
+        while True:
+            reader = FlowReader(self, flow)
+            with reading_with(reader):
+                batch = reader.read_stream(flow.source) if isinstance(flow, AutoCdcFlow) else flow.query()
+                if not reader.has_new:
+                    self._ensure_exists(flow.target, batch)
+                    return
+                if isinstance(flow, AutoCdcFlow):
+                    self._apply_auto_cdc(flow, batch, reader, result)
+                else:
+                    self._append(flow, batch, reader, result)
+            if not reader.more:
+                return
+
+    def _ensure_exists(self, target: str, batch: DataFrame) -> None:
+        dataset = self.graph.dataset(target)
+        if isinstance(self.graph.flows_into(target)[0], AutoCdcFlow):
+            return  # auto CDC targets are created with their first changes
+        self.store.ensure_table(target, batch.schema, dataset.table_properties)
+
+    def _append(self, flow: Flow, batch: DataFrame, reader: FlowReader, result: FlowResult) -> None:
+        dataset = self.graph.dataset(flow.target)
+        started = time.monotonic()
+        marked = exp.mark(batch, dataset.expectations, dataset.name).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            split = exp.split(marked, dataset.expectations, dataset.name)
+            self._write_quarantines(reader, split, dataset)
+            written = self._append_once(flow.target, split.valid, reader.txns, dataset.table_properties)
+        finally:
+            marked.unpersist()
+        result.batches += 1
+        result.output_rows += written
+        result.quarantined += split.report.quarantined
+        result.dropped += split.report.dropped
+        seconds = time.monotonic() - started
+        size = f", {reader.bytes_read / 1e6:.1f} MB" if reader.bytes_read else ""
+        self.progress(
+            f"  {flow.target:<40} +{written:,} rows{size}"
+            + (f", {split.report.quarantined:,} quarantined" if split.report.quarantined else "")
+            + (f", {split.report.dropped:,} dropped" if split.report.dropped else "")
+            + f" ({seconds:.1f}s)"
+        )
+        self._log_flow(flow, dataset.name, written, [split.report, *reader.view_reports], {})
+
+    def _append_once(self, name: str, df: DataFrame, txns: dict[str, int], properties: Any) -> int:
+        """Append unless this exact batch is already committed (a re-run after a crash)."""
+        if (
+            self.store.exists(name)
+            and txns
+            and all((self.store.txn_version(name, app) or -1) >= version for app, version in txns.items())
+        ):
+            return 0
+        return self.store.append(name, df, txns, properties)
+
+    def _write_quarantines(self, reader: FlowReader, split: exp.Split, dataset: Dataset) -> None:
+        pending = list(reader.view_quarantines)
+        if split.quarantine is not None:
+            pending.append((f"{dataset.name}_quarantine", split.quarantine))
+        for name, rows in pending:
+            self._append_once(name, rows, reader.txns, {"layer": "quarantine", "quarantine_of": dataset.name})
+
+    def _apply_auto_cdc(self, flow: AutoCdcFlow, batch: DataFrame, reader: FlowReader, result: FlowResult) -> None:
+        dataset = self.graph.dataset(flow.target)
+        started = time.monotonic()
+        for name, rows in reader.view_quarantines:
+            self._append_once(name, rows, reader.txns, {"layer": "quarantine", "quarantine_of": flow.source})
+        properties = {**dataset.table_properties, "scd_type": str(flow.stored_as_scd_type)}
+        applied = AutoCdcApplier(self.store, flow, properties).apply(batch, reader.txns)
+        result.batches += 1
+        result.output_rows += applied.upserted
+        result.deleted += applied.deleted
+        self.progress(
+            f"  {flow.target:<40} {applied.upserted:,} upserted, {applied.deleted:,} deleted"
+            + (f", {applied.truncates} truncate(s)" if applied.truncates else "")
+            + f" ({time.monotonic() - started:.1f}s)"
+        )
+        self._log_flow(
+            flow,
+            dataset.name,
+            applied.upserted,
+            reader.view_reports,
+            {"num_upserted_rows": applied.upserted, "num_deleted_rows": applied.deleted},
+        )
+
+    def _run_materialized_view(self, dataset: Dataset) -> None:
+        assert dataset.query is not None
+        flow = Flow(name=dataset.name, target=dataset.name, query=dataset.query)
+        reader = FlowReader(self, flow)
+        with reading_with(reader):
+            df = dataset.query()
+            marked = exp.mark(df, dataset.expectations, dataset.name).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                split = exp.split(marked, dataset.expectations, dataset.name)
+                written = self.store.overwrite(dataset.name, split.valid, dataset.table_properties)
+            finally:
+                marked.unpersist()
+        self._log_flow(flow, dataset.name, written, [split.report, *reader.view_reports], {})
+
+    def _log_flow(
+        self,
+        flow: AnyFlow,
+        dataset: str,
+        rows: int,
+        reports: list[exp.ExpectationReport],
+        metrics: dict[str, int],
+    ) -> None:
+        assert self.log is not None
+        quality = {
+            "dropped_records": sum(r.dropped for r in reports),
+            "quarantined_records": sum(r.quarantined for r in reports),
+            "expectations": [e for r in reports for e in r.as_event_log()["expectations"]],  # type: ignore[union-attr]
+        }
+        self.log.emit(
+            "flow_progress",
+            f"flow {flow.name} wrote {rows} rows to {dataset}",
+            {
+                "flow_progress": {
+                    "status": "COMPLETED",
+                    "metrics": {"num_output_rows": rows, **metrics},
+                    "data_quality": quality,
+                }
+            },
+            flow=flow.name,
+            dataset=dataset,
+        )
