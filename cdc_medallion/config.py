@@ -234,23 +234,38 @@ def load_conf(path: str | os.PathLike[str]) -> PipelineConf:
     assert pipeline is not None
     name = pipeline.get("name", str, required=True)
     check_identifier(name, "pipeline name")
-    raw_sources = top.get("sources", list, required=True)
-    sources = tuple(_parse_source(file, base, s, i) for i, s in enumerate(raw_sources))
+    raw_sources = list(top.get("sources", list, default=[]))
+    raw_tables = [(file, t, f"tables[{i}]") for i, t in enumerate(top.get("tables", list, default=[]))]
+    sources = [_parse_source(file, base, s, i) for i, s in enumerate(raw_sources)]
+    # `include:` globs of fragment files, each with its own `sources:` / `tables:` (one per source).
+    for pattern in top.get("include", list, default=[]):
+        if not isinstance(pattern, str):
+            raise top.error("include", "must be a list of glob patterns")
+        for fragment in sorted(base.glob(pattern)):
+            part = _Reader(fragment, yaml.safe_load(fragment.read_text(encoding="utf-8")) or {}, "")
+            sources += [
+                _parse_source(fragment, fragment.parent, s, i)
+                for i, s in enumerate(part.get("sources", list, default=[]))
+            ]
+            raw_tables += [(fragment, t, f"tables[{i}]") for i, t in enumerate(part.get("tables", list, default=[]))]
+            part.finish()
+    if not sources:
+        raise top.error("sources", "is required: at least one source (here or in an included file)")
     names = [s.name for s in sources]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:
         raise top.error("sources", f"duplicate source names {sorted(duplicates)}")
-    tables = tuple(parse_table(file, t, f"tables[{i}]") for i, t in enumerate(top.get("tables", list, default=[])))
-    for index, table in enumerate(tables):
+    tables = tuple(parse_table(where_file, t, where) for where_file, t, where in raw_tables)
+    for (where_file, _, where), table in zip(raw_tables, tables, strict=True):
         if table.source not in names:
-            raise ConfigError(f"{file}: key 'tables[{index}].source': unknown source {table.source!r}")
+            raise ConfigError(f"{where_file}: key '{where}.source': unknown source {table.source!r}")
     conf = PipelineConf(
         name=name,
         storage=_resolve(base, pipeline.get("storage", str, required=True)),
         transformations=_resolve(base, pipeline.get("transformations", str, default="../transformations")),
         expectations=_resolve(base, pipeline.get("expectations", str, default="../expectations")),
         max_messages_per_batch=pipeline.get("max_messages_per_batch", int, default=200_000),
-        sources=sources,
+        sources=tuple(sources),
         tables=tables,
         conf_file=file,
     )

@@ -99,6 +99,9 @@ EVENT_SCHEMA: Final = StructType(
         StructField("event_ts", TimestampType()),
         StructField("ingest_ts", TimestampType()),
         StructField("bronze_ref", StringType()),
+        # Other bronze messages this event consumed (e.g. the UPDATE_BEFOR half of a pair, the
+        # earlier segments of a transaction), so every message stays accounted for.
+        StructField("related_refs", ArrayType(StringType())),
         StructField("detail", StringType()),
         StructField("flags", ArrayType(StringType())),
         StructField("error", StringType()),
