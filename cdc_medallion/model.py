@@ -109,3 +109,15 @@ EVENT_SCHEMA: Final = StructType(
     ]
 )
 EVENT_COLUMNS: Final = tuple(f.name for f in EVENT_SCHEMA.fields)
+
+
+def bronze_ref_column():
+    """Spark expression equal to `BronzeMessage.ref`: topic/partition/offset, or file:line."""
+    from pyspark.sql import functions as F
+
+    return F.when(
+        F.col("offset").isNotNull(),
+        F.concat_ws(
+            "/", F.coalesce(F.col("topic"), F.lit("")), F.coalesce(F.col("partition"), F.lit(0)), F.col("offset")
+        ),
+    ).otherwise(F.concat_ws(":", F.col("_file"), F.col("_line")))

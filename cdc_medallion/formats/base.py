@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.identifiers import is_safe_identifier
-from cdc_medallion.model import EVENT_COLUMNS, EVENT_SCHEMA, KIND_ERROR
+from cdc_medallion.model import EVENT_COLUMNS, EVENT_SCHEMA, KIND_ERROR, KIND_HELD
 
 RAW_MESSAGE_LIMIT = 4096
 
@@ -38,6 +38,12 @@ class Format(abc.ABC):
     name: ClassVar[str]
     #: option name -> (default, description); unknown options are a config error.
     options: ClassVar[Mapping[str, tuple[Any, str]]] = {}
+    #: Stateful formats see a whole batch at once, in landing order (`parse_messages`), with
+    #: the messages they held in earlier runs re-fed first (kind='held' events: an unpaired
+    #: UPDATE_BEFOR, an incomplete segmented transaction) and earlier events of `context_kinds`
+    #: (e.g. Qlik metadata kept as schema changes) as context.
+    stateful: ClassVar[bool] = False
+    context_kinds: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
         self.source_name = source_name
@@ -56,16 +62,42 @@ class Format(abc.ABC):
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         """Events for one message. Raise ParseError for a message that must be quarantined."""
 
+    def parse_messages(self, messages: list[BronzeMessage], context: list[Event]) -> list[Event]:
+        """A stateful format's whole batch (held messages first, then new ones, in landing order).
+
+        `context` holds earlier events of `context_kinds`. Override in stateful formats; use
+        `events_for` for the per-message part so that errors still become quarantined events.
+        """
+        return [event for message in messages for event in self.events_for(message)]
+
     # --- shared machinery -----------------------------------------------------------------
-    def parse(self, bronze: DataFrame) -> DataFrame:
-        """Bronze rows -> silver events, in parallel via Arrow batches."""
+    def parse(self, bronze: DataFrame, context: list[Event] | None = None) -> DataFrame:
+        """Bronze rows -> silver events, in parallel via Arrow batches.
+
+        Stateful formats run in one ordered partition so that related messages meet.
+        """
         parser = self
+        if self.stateful:
+            frozen_context = list(context or [])
+            ordered = bronze.repartition(1).sortWithinPartitions("_file", "_line", "topic", "partition", "offset")
+
+            def run_all(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                messages = [m for batch in batches for m in messages_of(batch)]
+                events = parser.parse_messages(messages, frozen_context)
+                yield pa.RecordBatch.from_pylist(events, schema=_event_arrow_schema())
+
+            return ordered.mapInArrow(run_all, EVENT_SCHEMA)
 
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
                 yield parser.parse_batch(batch)
 
         return bronze.mapInArrow(run, EVENT_SCHEMA)
+
+    def held_event(self, message: BronzeMessage, reason: str, **fields: Any) -> Event:
+        """A message kept back until what completes it arrives; re-fed to the next batch."""
+        event: Event = {"kind": KIND_HELD, "detail": reason, "sequence": message.position, **fields}
+        return self.complete(event, message)
 
     def parse_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         events: list[Event] = []

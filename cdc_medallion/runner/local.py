@@ -130,8 +130,12 @@ class FlowReader:
         if dataset.is_view:
             return self._view(dataset)
         self.runner.ensure_fresh(name)
-        self.has_new = True
         return self.runner.store.read(name)
+
+    def read_previous(self, name: str) -> DataFrame | None:
+        """A table as committed before this batch (a flow reading its own earlier output)."""
+        store = self.runner.store
+        return store.read(name) if store.exists(name) else None
 
     def read_source(self, source: SourceConf) -> DataFrame:
         landing = FileLanding(source, self.runner.conf.max_messages_per_batch)
