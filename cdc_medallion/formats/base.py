@@ -124,11 +124,11 @@ class Format(abc.ABC):
         event.setdefault("source_format", self.name)
         event.setdefault("ingest_ts", message.ingest_ts)
         event["bronze_ref"] = message.ref
-        table = event.get("source_table")
-        if table is not None and not is_safe_identifier(table):
-            # Names from messages reach paths and SQL: an unsafe one quarantines the message.
+        # Names from messages reach paths and SQL: an unsafe one quarantines the message.
+        problem = _unsafe_name(event)
+        if problem is not None:
             event.clear()
-            event.update(self.error_event(message, "source_table", f"unsafe table name {table!r}"))
+            event.update(self.error_event(message, *problem))
         return event
 
     def error_event(self, message: BronzeMessage, field: str, reason: str) -> Event:
@@ -142,6 +142,17 @@ class Format(abc.ABC):
             "raw_message": message.text(RAW_MESSAGE_LIMIT),
             "sequence": message.position,
         }
+
+
+def _unsafe_name(event: Event) -> tuple[str, str] | None:
+    table = event.get("source_table")
+    if table is not None and not is_safe_identifier(table):
+        return "source_table", f"unsafe table name {table!r}"
+    for image in ("before", "after"):
+        for column in event.get(image) or ():
+            if not is_safe_identifier(column):
+                return f"{image}.{column}", f"unsafe column name {column!r}"
+    return None
 
 
 _ARROW_SCHEMA: pa.Schema | None = None

@@ -22,6 +22,7 @@ from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
 from cdc_medallion.errors import GraphError
+from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import quote
 from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore
 
@@ -377,6 +378,7 @@ class AutoCdcApplier:
         from deltalake import CommitProperties, Transaction
 
         assignments = {quote(f.name): f"s.{quote(f.name)}" for f in schema.fields}
+        commit_point(f"before merge into {self.state_name}")
         (
             table.merge(
                 data,
@@ -390,6 +392,7 @@ class AutoCdcApplier:
             .when_not_matched_insert(updates=assignments, predicate="s.`kind` <> 'clear'")
             .execute()
         )
+        commit_point(f"after merge into {self.state_name}")
 
     def _already_committed(self, name: str, txns: dict[str, int]) -> bool:
         return bool(txns) and all((self.store.txn_version(name, k) or -1) >= v for k, v in txns.items())
@@ -415,6 +418,7 @@ class AutoCdcApplier:
             return ApplyResult()
         predicate = " AND ".join(f"(t.{quote(c)} <=> s.{quote(c)})" for c in match)
         assignments = {quote(c): f"s.{quote(c)}" for c in schema.fieldNames()}
+        commit_point(f"before merge into {self.flow.target}")
         metrics = (
             self.store.table(self.flow.target)
             .merge(
@@ -429,6 +433,7 @@ class AutoCdcApplier:
             .when_not_matched_insert(updates=assignments, predicate=f"s.{ACTION} = 'upsert'")
             .execute()
         )
+        commit_point(f"after merge into {self.flow.target}")
         return ApplyResult(
             upserted=int(metrics.get("num_target_rows_inserted", 0)) + int(metrics.get("num_target_rows_updated", 0)),
             deleted=int(metrics.get("num_target_rows_deleted", 0)),

@@ -26,6 +26,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from cdc_medallion.errors import SchemaMismatch
+from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import dataset_name
 
 PROPERTIES_FILE = "_cdc_medallion.json"
@@ -159,12 +160,14 @@ class DeltaRsStore:
         df.write.mode("overwrite").parquet(str(stage))
         actions, rows = self._adopt_staged_files(path, stage)
         table = self.table(name)
+        commit_point(f"before append to {name}")
         table.create_write_transaction(
             actions,
             mode="append",
             schema=table.schema(),
             commit_properties=_commit(txns),
         )
+        commit_point(f"after append to {name}")
         shutil.rmtree(stage, ignore_errors=True)
         return rows
 
@@ -179,12 +182,14 @@ class DeltaRsStore:
         """Append an Arrow table directly (used where the batch already lives in the driver)."""
         self.ensure_table(name, schema, properties)
         self.check_schema(name, schema)
+        commit_point(f"before append to {name}")
         write_deltalake(
             str(self.path(name)),
             data.cast(arrow_schema(schema)),
             mode="append",
             commit_properties=_commit(txns),
         )
+        commit_point(f"after append to {name}")
         return data.num_rows
 
     def overwrite(self, name: str, df: DataFrame, properties: Mapping[str, str] | None = None) -> int:
@@ -197,7 +202,9 @@ class DeltaRsStore:
     def commit_progress(self, name: str, txns: Mapping[str, int]) -> None:
         """Record progress without data (a batch that produced no rows) so it is not re-read."""
         table = self.table(name)
+        commit_point(f"before progress of {name}")
         table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=_commit(txns))
+        commit_point(f"after progress of {name}")
 
     def _adopt_staged_files(self, path: Path, stage: Path) -> tuple[list[AddAction], int]:
         import pyarrow.parquet as pq

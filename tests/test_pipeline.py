@@ -1,0 +1,236 @@
+"""The local pipeline end to end on the embedded sample: ground truth, reruns, full refresh,
+a run killed between commits, out-of-order and duplicated input, late events."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cdc_medallion.config import load_conf
+from cdc_medallion.pipeline import run_pipeline
+from cdc_medallion.samples import expected_state
+from tests.conftest import REPO
+from tests.helpers import datasets, gold_rows, ingest, read_rows
+
+SAMPLE = REPO / "samples" / "debezium" / "shop.jsonl"
+KEYS = {"customers": ("id",), "orders": ("order_id",), "order_lines": ("order_id", "line_no")}
+
+
+def write_conf(tmp_path: Path, storage: Path, sample: Path = SAMPLE) -> Path:
+    conf = tmp_path / "pipeline.yml"
+    conf.write_text(
+        f"""
+pipeline:
+  name: test_pipeline
+  storage: {storage}
+  transformations: {REPO / "transformations"}
+  expectations: {REPO / "expectations"}
+sources:
+  - name: shop
+    format: debezium-json
+    input: {{path: {sample}, layout: kafka-dump}}
+tables:
+  - {{source: shop, table: customers, keys: [id]}}
+  - {{source: shop, table: orders, keys: [order_id], track_history_except: [placed_at]}}
+  - {{source: shop, table: order_lines, keys: [order_id, line_no]}}
+""",
+        encoding="utf-8",
+    )
+    return conf
+
+
+def assert_gold_is_ground_truth(spark, storage: Path) -> None:
+    truth = expected_state()
+    for table, keys in KEYS.items():
+        rows = gold_rows(spark, storage, table, 1)
+        got = {tuple(r[k] for k in keys): {c: v for c, v in r.items() if not c.startswith("__")} for r in rows}
+        assert set(got) == set(truth[table]), table
+        for identity, expected in truth[table].items():
+            row = got[identity]
+            for column, value in expected.items():
+                if isinstance(value, str) and column == "total":
+                    value = decimal.Decimal(value)
+                assert row[column] == value, (table, identity, column, row[column], value)
+
+
+def row_counts(storage: Path) -> dict[str, int]:
+    return {name: d["rows"] for name, d in datasets(storage).items() if d["layer"] != "system"}
+
+
+@pytest.fixture(scope="module")
+def sample_run(spark, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("sample")
+    storage = tmp_path / "storage"
+    conf = load_conf(write_conf(tmp_path, storage))
+    summary = run_pipeline(conf, spark=spark)
+    return conf, storage, summary
+
+
+def test_sample_gold_equals_ground_truth(spark, sample_run):
+    _, storage, _ = sample_run
+    assert_gold_is_ground_truth(spark, storage)
+    counts = datasets(storage)
+    assert counts["bronze_shop"]["rows"] == len(SAMPLE.read_bytes().splitlines())
+    for table in KEYS:
+        assert counts[f"gold_{table}"]["layer"] == "gold"
+        assert counts[f"gold_{table}"]["scd_type"] == 1 and counts[f"gold_{table}_history"]["scd_type"] == 2
+
+
+def test_sample_typed_columns(spark, sample_run):
+    _, storage, _ = sample_run
+    [order] = [r for r in gold_rows(spark, storage, "orders") if r["order_id"] == 1001]
+    assert isinstance(order["total"], decimal.Decimal) and isinstance(order["placed_at"], dt.datetime)
+    [anne] = [r for r in gold_rows(spark, storage, "customers") if r["id"] == 1] or [None]
+    if anne is not None:
+        assert anne["born"] == dt.date(1971, 2, 2)
+
+
+def test_malformed_messages_are_quarantined_with_reasons(spark, sample_run):
+    _, storage, _ = sample_run
+    rows = read_rows(spark, storage, "silver_shop_quarantine")
+    reasons = sorted(r["error"].split(":")[0] for r in rows)
+    assert reasons == ["payload.op", "value", "value", "value"]
+    refs = sorted(r["bronze_ref"] for r in rows)
+    assert sum(ref.startswith("shop.inventory.customers/0/") for ref in refs) == 3
+    assert sum(ref.startswith(f"{SAMPLE}:") for ref in refs) == 1  # not a Kafka record: file:line
+    assert all("message_parsed" in r["failed_expectations"] for r in rows)
+    silver = read_rows(spark, storage, "silver_shop")
+    kinds = {k: sum(1 for r in silver if r["kind"] == k) for k in {r["kind"] for r in silver}}
+    assert kinds["tombstone"] == sum(1 for r in silver if r["kind"] == "change" and r["op"] == "DELETE")
+    # every bronze message is in exactly one place
+    assert len(silver) + len(rows) == datasets(storage)["bronze_shop"]["rows"]
+
+
+def test_history_versions_follow_updates(spark, sample_run):
+    _, storage, _ = sample_run
+    history = gold_rows(spark, storage, "orders", 2)
+    open_versions = [r for r in history if r["__END_AT"] is None]
+    assert len(open_versions) == len(expected_state()["orders"])
+    by_order: dict[int, list[dict]] = {}
+    for row in history:
+        by_order.setdefault(row["order_id"], []).append(row)
+    for versions in by_order.values():
+        versions.sort(key=lambda r: r["__START_AT"])
+        for earlier, later in itertools.pairwise(versions):
+            assert earlier["__END_AT"] == later["__START_AT"]
+            assert earlier["status"] != later["status"]  # a version per tracked change
+
+
+def test_event_log_records_expectations(spark, sample_run):
+    _, storage, _ = sample_run
+    events = read_rows(spark, storage, "event_log")
+    progress = [json.loads(e["details"])["flow_progress"] for e in events if e["event_type"] == "flow_progress"]
+    silver = [
+        p
+        for p, e in zip(progress, [e for e in events if e["event_type"] == "flow_progress"], strict=True)
+        if e["origin"]["dataset_name"] == "silver_shop"
+    ]
+    [quality] = [p["data_quality"] for p in silver]
+    by_name = {x["name"]: x for x in quality["expectations"]}
+    assert by_name["message_parsed"]["failed_records"] == 4
+    assert by_name["message_parsed"]["passed_records"] + 4 == datasets(storage)["bronze_shop"]["rows"]
+    assert quality["quarantined_records"] == 4
+    assert {e["event_type"] for e in events} >= {"create_update", "flow_progress", "update_progress"}
+
+
+def test_rerun_changes_nothing_and_full_refresh_rebuilds(spark, sample_run):
+    conf, storage, _ = sample_run
+    before = row_counts(storage)
+    run_pipeline(conf, spark=spark)
+    assert row_counts(storage) == before
+    run_pipeline(conf, spark=spark, full_refresh=True)
+    assert row_counts(storage) == before
+    assert_gold_is_ground_truth(spark, storage)
+
+
+def test_killed_between_commits_then_rerun(spark, tmp_path):
+    """SIGKILL at several commit points (bronze, silver, gold), re-running after each."""
+    storage = tmp_path / "storage"
+    conf = write_conf(tmp_path, storage)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    command = [sys.executable, "-m", "cdc_medallion.cli", "run", "--conf", str(conf), "--quiet"]
+    for point in (2, 5, 9, 14):  # bronze append, silver append, side tables, gold merges
+        result = subprocess.run(
+            command, env={**env, "CDC_MEDALLION_KILL_AT": str(point)}, capture_output=True, text=True, timeout=600
+        )
+        assert result.returncode == -9, (point, result.stdout[-2000:], result.stderr[-2000:])
+        assert "[fault injection] SIGKILL" in result.stdout
+    final = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert_gold_is_ground_truth(spark, storage)
+    counts = datasets(storage)
+    assert counts["bronze_shop"]["rows"] == len(SAMPLE.read_bytes().splitlines())
+    assert counts["silver_shop_quarantine"]["rows"] == 4
+    assert counts["silver_shop"]["rows"] + 4 == counts["bronze_shop"]["rows"]
+
+
+# --- ordering --------------------------------------------------------------------------------
+def pg(op: str, lsn: int, before: dict | None, after: dict | None, table: str = "items") -> str:
+    source = {"connector": "postgresql", "db": "db", "schema": "public", "table": table, "lsn": lsn, "ts_ms": lsn}
+    return json.dumps({"before": before, "after": after, "source": source, "op": op, "ts_ms": lsn})
+
+
+def test_out_of_order_duplicated_and_late_events(spark, storage, tmp_path):
+    source = tmp_path / "items.jsonl"
+    first = [
+        pg("c", 10, None, {"id": 1, "v": "a"}),
+        pg("u", 30, {"id": 1, "v": "b"}, {"id": 1, "v": "c"}),
+        pg("u", 20, {"id": 1, "v": "a"}, {"id": 1, "v": "b"}),  # out of order within the batch
+        pg("c", 5, None, {"id": 2, "v": "x"}),
+        pg("d", 50, {"id": 2, "v": "y"}, None),
+    ]
+    source.write_text("\n".join(first) + "\n", encoding="utf-8")
+    ingest(spark, "debezium-json", source, storage, keys={"items": "id"})
+    with source.open("a", encoding="utf-8") as handle:  # a later run: redelivery and late events
+        handle.write(first[1] + "\n")  # duplicate of lsn 30
+        handle.write(pg("u", 40, {"id": 2, "v": "x"}, {"id": 2, "v": "y"}) + "\n")  # late, before the delete
+        handle.write(pg("u", 25, {"id": 1, "v": "b"}, {"id": 1, "v": "b2"}) + "\n")  # late, inside history
+    ingest(spark, "debezium-json", source, storage, keys={"items": "id"})
+
+    assert {r["id"]: r["v"] for r in gold_rows(spark, storage, "items", 1)} == {1: "c"}  # 2 stays deleted
+    history = sorted(gold_rows(spark, storage, "items", 2), key=lambda r: (r["id"], r["__START_AT"]))
+    one = [(r["v"], r["__START_AT"][:24], (r["__END_AT"] or "")[:24]) for r in history if r["id"] == 1]
+    assert one == [
+        ("a", "lsn:00000000000000000010", "lsn:00000000000000000020"),
+        ("b", "lsn:00000000000000000020", "lsn:00000000000000000025"),
+        ("b2", "lsn:00000000000000000025", "lsn:00000000000000000030"),
+        ("c", "lsn:00000000000000000030", ""),
+    ]
+    two = [(r["v"], r["__START_AT"][:24], (r["__END_AT"] or "")[:24]) for r in history if r["id"] == 2]
+    assert two == [
+        ("x", "lsn:00000000000000000005", "lsn:00000000000000000040"),
+        ("y", "lsn:00000000000000000040", "lsn:00000000000000000050"),
+    ]
+
+
+def test_same_input_in_different_batchings_gives_identical_gold(spark, tmp_path):
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    (whole / "all.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    pieces = tmp_path / "pieces"
+    pieces.mkdir()
+    for index in range(0, len(lines), 97):  # several files, landed in one run as several batches
+        (pieces / f"part-{index:05d}.jsonl").write_text("\n".join(lines[index : index + 97]) + "\n", encoding="utf-8")
+    keys = {t: ",".join(k) for t, k in KEYS.items()}
+    ingest(spark, "debezium-json", whole, tmp_path / "a", keys=keys, layout="kafka-dump")
+    ingest(spark, "debezium-json", pieces, tmp_path / "b", keys=keys, layout="kafka-dump")
+    for table in KEYS:
+        for scd in (1, 2):
+            assert comparable(gold_rows(spark, tmp_path / "a", table, scd)) == comparable(
+                gold_rows(spark, tmp_path / "b", table, scd)
+            )
+
+
+def comparable(rows: list[dict]) -> list[str]:
+    """Rows without the sequence columns (landing positions differ between the two layouts)."""
+    hidden = ("__START_AT", "__END_AT", "__sequence")
+    return sorted(json.dumps({k: str(v) for k, v in r.items() if k not in hidden}, sort_keys=True) for r in rows)
