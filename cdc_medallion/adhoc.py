@@ -53,6 +53,7 @@ def adhoc_conf(
     layout: str | None = None,
     topic: str | None = None,
     options: list[str] | None = None,
+    max_messages_per_batch: int = 200_000,
 ) -> PipelineConf:
     if fmt not in format_names():
         raise ConfigError(f"--format {fmt!r}: unknown format (known: {', '.join(format_names())})")
@@ -65,6 +66,10 @@ def adhoc_conf(
         if not sep:
             raise ConfigError(f"--option {option!r}: expected NAME=VALUE")
         option_values[name] = value
+    # Formats whose messages carry no column names (ibm-qrep-delimited) read --columns as an option.
+    specs_option = getattr(get_format(fmt), "column_specs_option", None)
+    if specs_option and columns and specs_option not in option_values:
+        option_values[specs_option] = {t: _split_columns(c) for t, c in _pairs(columns, "--columns").items()}
     get_format(fmt)(source_name, option_values)  # unknown options fail here, before any work
     key_map = _pairs(keys, "--key")
     column_map = _pairs(columns, "--columns")
@@ -98,6 +103,7 @@ def adhoc_conf(
             ),
         ),
         tables=tuple(tables),
+        max_messages_per_batch=max_messages_per_batch,
     )
 
 

@@ -49,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     ingest.add_argument("--layout", choices=["json-lines", "kafka-dump", "files"], help="default: detected")
     ingest.add_argument("--topic", help="topic name for json-lines input (some formats take the table from it)")
     ingest.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", help="format option")
+    ingest.add_argument("--batch-size", type=int, default=200_000, help="messages landed per micro-batch")
     ingest.add_argument("--full-refresh", action="store_true")
     ingest.add_argument("--quiet", action="store_true")
     return parser
@@ -96,6 +97,7 @@ def _ingest(args: argparse.Namespace) -> int:
         layout=args.layout,
         topic=args.topic,
         options=args.option,
+        max_messages_per_batch=args.batch_size,
     )
     summary = run_pipeline(conf, full_refresh=args.full_refresh, progress=_progress(args))
     _print_summary(conf.storage, summary)

@@ -25,6 +25,7 @@ def ingest(
     layout: str | None = None,
     topic: str | None = None,
     options: dict[str, str] | None = None,
+    batch_size: int = 200_000,
 ) -> RunSummary:
     """What `cdc-medallion ingest` does, in-process (the CLI itself is tested in test_cli.py)."""
     conf = adhoc_conf(
@@ -36,6 +37,7 @@ def ingest(
         layout=layout,
         topic=topic,
         options=[f"{k}={v}" for k, v in (options or {}).items()],
+        max_messages_per_batch=batch_size,
     )
     return run_pipeline(conf, spark=spark)
 

@@ -218,11 +218,12 @@ def test_same_input_in_different_batchings_gives_identical_gold(spark, tmp_path)
     (whole / "all.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     pieces = tmp_path / "pieces"
     pieces.mkdir()
-    for index in range(0, len(lines), 97):  # several files, landed in one run as several batches
+    for index in range(0, len(lines), 97):  # several files
         (pieces / f"part-{index:05d}.jsonl").write_text("\n".join(lines[index : index + 97]) + "\n", encoding="utf-8")
     keys = {t: ",".join(k) for t, k in KEYS.items()}
     ingest(spark, "debezium-json", whole, tmp_path / "a", keys=keys, layout="kafka-dump")
-    ingest(spark, "debezium-json", pieces, tmp_path / "b", keys=keys, layout="kafka-dump")
+    summary = ingest(spark, "debezium-json", pieces, tmp_path / "b", keys=keys, layout="kafka-dump", batch_size=100)
+    assert summary.updates[0].flows["bronze_debezium_json"].batches == 3  # 292 messages, 100 per batch
     for table in KEYS:
         for scd in (1, 2):
             assert comparable(gold_rows(spark, tmp_path / "a", table, scd)) == comparable(

@@ -21,7 +21,7 @@ from typing import IO, Any
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
-from cdc_medallion.config import PipelineConf, SourceConf
+from cdc_medallion.config import PipelineConf, SourceConf, using_conf
 from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow, Dataset, DatasetKind, Flow
 from cdc_medallion.declarative.runtime import reading_with
 from cdc_medallion.errors import CdcMedallionError, ConcurrentRunError, GraphError
@@ -191,9 +191,10 @@ class LocalRunner:
             self.log.emit("create_update", f"update {update_id} started", {"full_refresh": full_refresh})
             self._done = set()
             try:
-                for name, dataset in self.graph.datasets.items():
-                    if not dataset.is_view:
-                        self.ensure_fresh(name)
+                with using_conf(self.conf):  # query functions may read the conf while they run
+                    for name, dataset in self.graph.datasets.items():
+                        if not dataset.is_view:
+                            self.ensure_fresh(name)
             except CdcMedallionError as error:
                 self.log.emit("update_progress", str(error), {"update_progress": {"state": "FAILED"}}, level="ERROR")
                 self.log.flush()
