@@ -1,0 +1,104 @@
+"""The `cdc-medallion` command as users run it (subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import shared_path
+
+ENV = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "cdc_medallion.cli", *args], env=ENV, capture_output=True, text=True, timeout=600
+    )
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory) -> Path:
+    storage = tmp_path_factory.mktemp("cli") / "storage"
+    fixture = shared_path("fixtures", "debezium-json", "apache_flink__debezium-postgres-data-schema-exclude.txt")
+    result = cli(
+        "ingest",
+        "--format",
+        "debezium-json",
+        "--input",
+        str(fixture),
+        "--storage",
+        str(storage),
+        "--key",
+        "products=id",
+    )
+    assert f"Tables are in {storage}" in result.stdout
+    assert "bronze_debezium_json" in result.stderr  # progress lines
+    return storage
+
+
+def test_status_json(ingested):
+    entries = json.loads(cli("status", "--storage", str(ingested), "--json").stdout)
+    by_name = {e["name"]: e for e in entries}
+    assert by_name["bronze_debezium_json"] == {
+        "name": "bronze_debezium_json",
+        "layer": "bronze",
+        "rows": 16,
+        "path": str(ingested / "bronze_debezium_json"),
+    }
+    assert by_name["gold_products"]["scd_type"] == 1 and by_name["gold_products"]["source_table"] == "products"
+    assert by_name["gold_products_history"]["scd_type"] == 2
+    assert {e["layer"] for e in entries} >= {"bronze", "silver", "gold", "system"}
+
+
+def test_show_json(ingested):
+    rows = json.loads(cli("show", "gold_products", "--storage", str(ingested), "--limit", "3", "--json").stdout)
+    assert len(rows) == 3 and {"id", "name", "description", "weight"} <= set(rows[0])
+    assert [r["id"] for r in rows] == [101, 102, 103]
+
+
+def test_ingest_again_is_incremental(ingested):
+    before = json.loads(cli("status", "--storage", str(ingested), "--json").stdout)
+    fixture = shared_path("fixtures", "debezium-json", "apache_flink__debezium-postgres-data-schema-exclude.txt")
+    cli(
+        "ingest",
+        "--format",
+        "debezium-json",
+        "--input",
+        str(fixture),
+        "--storage",
+        str(ingested),
+        "--key",
+        "products=id",
+        "--quiet",
+    )
+    after = json.loads(cli("status", "--storage", str(ingested), "--json").stdout)
+    strip = lambda entries: {e["name"]: e["rows"] for e in entries if e["layer"] != "system"}  # noqa: E731
+    assert strip(after) == strip(before)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("run", "--conf", "/nonexistent/conf.yml"), "/nonexistent/conf.yml: configuration file not found"),
+        (("ingest", "--format", "nope", "--input", ".", "--storage", "/tmp/x"), "--format 'nope': unknown format"),
+        (("ingest", "--format", "debezium-json", "--input", "/nonexistent", "--storage", "/tmp/x"), "no such file"),
+        (
+            ("ingest", "--format", "debezium-json", "--input", ".", "--storage", "/tmp/x", "--key", "products"),
+            "--key 'products': expected TABLE=...",
+        ),
+        (("status", "--storage", "/nonexistent/storage"), "does not exist: run the pipeline first"),
+    ],
+)
+def test_errors_are_one_clear_line(args, message):
+    result = cli(*args, check=False)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
