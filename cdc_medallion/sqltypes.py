@@ -13,6 +13,11 @@ _SIMPLE = {
     "character": "string",
     "text": "string",
     "clob": "string",
+    "nclob": "string",
+    "long varchar": "string",
+    "long vargraphic": "string",
+    "character varying": "string",
+    "char varying": "string",
     "dbclob": "string",
     "graphic": "string",
     "vargraphic": "string",
@@ -51,6 +56,7 @@ _SIMPLE = {
     "timestamp": "timestamp",
     "datetime": "timestamp",
     "timestamptz": "timestamp",
+    "timestamp with time zone": "timestamp",
     "timestamp_ntz": "timestamp_ntz",
     "binary": "binary",
     "varbinary": "binary",
@@ -58,14 +64,22 @@ _SIMPLE = {
     "bytes": "binary",
     "bytea": "binary",
     "longblob": "binary",
+    "rowid": "binary",
 }
 _DECIMAL = re.compile(r"^(decimal|numeric|number|dec)\s*(\(\s*(\d+)\s*(,\s*(-?\d+)\s*)?\))?$")
-_SIZED = re.compile(r"^([a-z_ ]+?)\s*\(\s*\d+\s*\)$")
+_SIZED = re.compile(r"^([a-z_ ]+?)\s*\(\s*\d+\s*[kmg]?\s*\)$")  # LOB sizes may be 1M, 2G
+# Db2: CHAR(10) FOR BIT DATA is binary; FOR SBCS/MIXED DATA only names the character subtype.
+_BIT_DATA = re.compile(r"^(.*?)\s+for\s+bit\s+data$")
+_SUBTYPE = re.compile(r"\s+for\s+(sbcs|mixed)\s+data$")
 
 
 def spark_type(sql_type: str) -> str:
     """The Spark type for a source type name; unknown names are a config error."""
     name = " ".join(sql_type.strip().lower().split())
+    bit_data = _BIT_DATA.match(name)
+    if bit_data and spark_type(bit_data.group(1)) == "string":
+        return "binary"
+    name = _SUBTYPE.sub("", name)
     if name in _SIMPLE:
         return _SIMPLE[name]
     decimal = _DECIMAL.match(name)

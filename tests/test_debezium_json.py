@@ -189,3 +189,11 @@ def test_inline_cases(origin):
                 assert event["kind"] == "error", (case, event)
                 if "Unknown operation type" in case["expect"]:
                     assert "unknown operation type 'XX'" in event["error"]
+
+
+def test_table_without_a_known_key_stays_in_silver_and_is_reported(spark, storage):
+    path = shared_path("fixtures", "debezium-json", "apache_flink__debezium-postgres-data-schema-exclude.txt")
+    summary = ingest(spark, "debezium-json", path, storage)  # no --key, and no key in the messages
+    assert summary.discovery.unconfigured == ("debezium_json:products",)
+    layers = {d["layer"] for d in datasets(storage).values()}
+    assert "gold" not in layers and datasets(storage)["silver_debezium_json"]["rows"] == 16
