@@ -102,7 +102,7 @@ class FlowReader:
         self.more = False
         self.bytes_read = 0
         self.view_reports: list[exp.ExpectationReport] = []
-        self.view_quarantines: list[tuple[str, DataFrame]] = []
+        self.view_quarantines: list[tuple[str, DataFrame, int]] = []
 
     def _app_id(self, source: str) -> str:
         return f"{self.flow.name}<-{source}"
@@ -158,7 +158,7 @@ class FlowReader:
         split = exp.split(marked, dataset.expectations, dataset.name)
         self.view_reports.append(split.report)
         if split.quarantine is not None:
-            self.view_quarantines.append((f"{dataset.name}_quarantine", split.quarantine))
+            self.view_quarantines.append((f"{dataset.name}_quarantine", split.quarantine, split.report.quarantined))
         return split.valid
 
 
@@ -287,15 +287,17 @@ class LocalRunner:
     def _write_quarantines(self, reader: FlowReader, split: exp.Split, dataset: Dataset) -> None:
         pending = list(reader.view_quarantines)
         if split.quarantine is not None:
-            pending.append((f"{dataset.name}_quarantine", split.quarantine))
-        for name, rows in pending:
-            self._append_once(name, rows, reader.txns, {"layer": "quarantine", "quarantine_of": dataset.name})
+            pending.append((f"{dataset.name}_quarantine", split.quarantine, split.report.quarantined))
+        for name, rows, count in pending:
+            if count:  # no empty quarantine tables
+                self._append_once(name, rows, reader.txns, {"layer": "quarantine", "quarantine_of": dataset.name})
 
     def _apply_auto_cdc(self, flow: AutoCdcFlow, batch: DataFrame, reader: FlowReader, result: FlowResult) -> None:
         dataset = self.graph.dataset(flow.target)
         started = time.monotonic()
-        for name, rows in reader.view_quarantines:
-            self._append_once(name, rows, reader.txns, {"layer": "quarantine", "quarantine_of": flow.source})
+        for name, rows, count in reader.view_quarantines:
+            if count:
+                self._append_once(name, rows, reader.txns, {"layer": "quarantine", "quarantine_of": flow.source})
         properties = {**dataset.table_properties, "scd_type": str(flow.stored_as_scd_type)}
         applied = AutoCdcApplier(self.store, flow, properties).apply(batch, reader.txns)
         result.batches += 1
