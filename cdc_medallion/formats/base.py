@@ -83,8 +83,7 @@ class Format(abc.ABC):
 
             def run_all(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 messages = [m for batch in batches for m in messages_of(batch)]
-                events = parser.parse_messages(messages, frozen_context)
-                yield pa.RecordBatch.from_pylist(events, schema=_event_arrow_schema())
+                yield parser.parse_all(messages, frozen_context)
 
             return ordered.mapInArrow(run_all, EVENT_SCHEMA)
 
@@ -100,10 +99,40 @@ class Format(abc.ABC):
         return self.complete(event, message)
 
     def parse_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        events: list[Event] = []
-        for message in messages_of(batch):
-            events.extend(self.events_for(message))
-        return pa.RecordBatch.from_pylist(events, schema=_event_arrow_schema())
+        messages = list(messages_of(batch))
+        return self.to_arrow([self.events_for(m) for m in messages], messages)
+
+    def parse_all(self, messages: list[BronzeMessage], context: list[Event]) -> pa.RecordBatch:
+        """A stateful batch: guarded like `events_for`, so a parser bug quarantines, never crashes."""
+        try:
+            events = self.parse_messages(messages, context)
+        except Exception as error:
+            reason = f"parser failed on this batch: {type(error).__name__}: {error}"
+            return self.to_arrow([[self.error_event(m, "message", reason)] for m in messages], messages)
+        by_ref = {m.ref: m for m in messages}
+        groups: dict[str, list[Event]] = {}
+        for event in events:
+            groups.setdefault(event.get("bronze_ref") or "", []).append(event)
+        ordered = [m for m in messages if m.ref in groups]
+        orphans = [e for ref, group in groups.items() if ref not in by_ref for e in group]
+        return self.to_arrow([groups[m.ref] for m in ordered] + [orphans], [*ordered, None])
+
+    def to_arrow(self, groups: list[list[Event]], messages: list[BronzeMessage | None]) -> pa.RecordBatch:
+        """Events -> Arrow; a message whose events do not fit the schema is quarantined instead."""
+        schema = _event_arrow_schema()
+        try:
+            return pa.RecordBatch.from_pylist([e for group in groups for e in group], schema=schema)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            pass
+        rows: list[Event] = []
+        for group, message in zip(groups, messages, strict=True):
+            try:
+                pa.RecordBatch.from_pylist(group, schema=schema)
+                rows.extend(group)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
+                if message is not None:
+                    rows.append(self.error_event(message, "message", f"parser produced an invalid event: {error}"))
+        return pa.RecordBatch.from_pylist(rows, schema=schema)
 
     def events_for(self, message: BronzeMessage) -> list[Event]:
         """Every outcome of one message, completed with lineage; errors become error events."""
