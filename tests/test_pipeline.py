@@ -235,3 +235,18 @@ def comparable(rows: list[dict]) -> list[str]:
     """Rows without the sequence columns (landing positions differ between the two layouts)."""
     hidden = ("__START_AT", "__END_AT", "__sequence")
     return sorted(json.dumps({k: str(v) for k, v in r.items() if k not in hidden}, sort_keys=True) for r in rows)
+
+
+def test_an_update_that_changes_the_key_moves_the_row(spark, storage, tmp_path):
+    source = tmp_path / "moves.jsonl"
+    lines = [pg("c", 10, None, {"id": 1, "v": "a"}), pg("u", 20, {"id": 1, "v": "a"}, {"id": 7, "v": "a"})]
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ingest(spark, "debezium-json", source, storage, keys={"items": "id"})
+    assert {r["id"]: r["v"] for r in gold_rows(spark, storage, "items", 1)} == {7: "a"}
+    history = {
+        (r["id"], r["__START_AT"][:24], (r["__END_AT"] or "")[:24]) for r in gold_rows(spark, storage, "items", 2)
+    }
+    assert history == {
+        (1, "lsn:00000000000000000010", "lsn:00000000000000000020"),
+        (7, "lsn:00000000000000000020", ""),
+    }

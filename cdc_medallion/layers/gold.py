@@ -16,7 +16,7 @@ from cdc_medallion import dp
 from cdc_medallion.config import PipelineConf, TableConf
 from cdc_medallion.identifiers import check_identifier, dataset_name
 from cdc_medallion.layers import silver_name
-from cdc_medallion.model import KIND_CHANGE, OP_DELETE, OP_TRUNCATE
+from cdc_medallion.model import KIND_CHANGE, OP_DELETE, OP_TRUNCATE, OP_UPDATE
 from cdc_medallion.quality.rules import load_rules
 
 OP, SEQUENCE, PRESENT, CAST_ERRORS, EVENT_TS, BRONZE_REF = (
@@ -53,6 +53,13 @@ def changes(events: DataFrame, table: TableConf) -> DataFrame:
     selected = events.filter((F.col("kind") == KIND_CHANGE) & (F.lower("source_table") == name_part.lower()))
     if schema_part:
         selected = selected.filter(F.lower(F.coalesce("source_schema", "source_db")) == schema_part.lower())
+    # An update that changes the primary key also deletes the row under its old key.
+    moved = F.lit(False)
+    for key in table.keys:
+        old, new = F.col("before").getItem(key), F.col("after").getItem(key)
+        moved = moved | (old.isNotNull() & new.isNotNull() & (old != new))
+    old_keys = selected.filter((F.col("op") == OP_UPDATE) & moved).withColumn("op", F.lit(OP_DELETE))
+    selected = selected.unionByName(old_keys)
     image = F.when(F.col("op") == OP_DELETE, F.col("before")).otherwise(F.col("after"))
     columns = []
     failures = []
