@@ -14,7 +14,7 @@ from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
 from cdc_medallion import dp
 from cdc_medallion.config import PipelineConf, TableConf
-from cdc_medallion.identifiers import check_identifier, dataset_name
+from cdc_medallion.identifiers import check_identifier, dataset_name, quote
 from cdc_medallion.layers import silver_name
 from cdc_medallion.model import KIND_CHANGE, OP_DELETE, OP_TRUNCATE, OP_UPDATE
 from cdc_medallion.quality.rules import load_rules
@@ -102,7 +102,7 @@ def define_table(conf: PipelineConf, table: TableConf) -> None:
         check_identifier(column, f"column of {table.table}")
     gold = table.gold_name
     view = dataset_name("changes", gold.removeprefix("gold_"))
-    key_rules = {f"key_{k}_present": f"{k} IS NOT NULL" for k in table.keys}
+    key_rules = {f"key_{k}_present": f"{quote(k)} IS NOT NULL OR {OP} = '{OP_TRUNCATE}'" for k in table.keys}
     rules = load_rules(conf.expectations, "gold", None, view_schema(table.columns))
 
     @dp.temporary_view(name=view, comment=f"Typed change feed of {table.table}")

@@ -1,0 +1,182 @@
+"""A history of transactions over the simulated tables, and its ground truth.
+
+Truth follows the pipeline's documented semantics: SCD1 is the final state; SCD2 has a new
+version whenever a column value changes, a delete or truncate closes the open version, and an
+update that changes the key closes the old key and opens the new one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdc_medallion.generator.database import ADDED_COLUMN, Column, TableSpec, make_tables
+
+Row = dict[str, Any]
+Key = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One row change (or a DDL) inside a transaction."""
+
+    table: str
+    op: str  # SNAPSHOT, INSERT, UPDATE, DELETE, TRUNCATE, DDL
+    before: Row | None = None
+    after: Row | None = None
+    changed: tuple[str, ...] = ()  # UPDATE: the columns whose value changed
+    ddl: str | None = None
+    added: Column | None = None
+
+
+@dataclass(frozen=True)
+class Transaction:
+    number: int  # 1, 2, ... in commit order
+    commit_ts: dt.datetime
+    changes: tuple[Change, ...]
+    snapshot: bool = False
+
+
+@dataclass
+class Version:
+    row: Row
+    start: tuple[int, int]  # (transaction number, change index)
+    end: tuple[int, int] | None = None
+
+
+@dataclass
+class History:
+    tables: list[TableSpec]
+    transactions: list[Transaction] = field(default_factory=list)
+
+    def table(self, name: str) -> TableSpec:
+        return next(t for t in self.tables if t.name == name)
+
+    def columns_at_end(self, table: str) -> list[Column]:
+        spec = self.table(table)
+        added = [c.added for t in self.transactions for c in t.changes if c.table == table and c.added]
+        return [*spec.columns, *added]
+
+    # --- ground truth -------------------------------------------------------------------------
+    def final_state(self) -> dict[str, dict[Key, Row]]:
+        return {
+            name: {k: v[-1].row for k, v in versions.items() if v[-1].end is None}
+            for name, versions in self.versions().items()
+        }
+
+    def versions(self) -> dict[str, dict[Key, list[Version]]]:
+        """SCD2 truth for every keyed table: each key's versions in order."""
+        result: dict[str, dict[Key, list[Version]]] = {t.name: {} for t in self.tables if t.keys}
+        for tx in self.transactions:
+            for index, change in enumerate(tx.changes):
+                spec = self.table(change.table)
+                if not spec.keys:
+                    continue
+                at = (tx.number, index)
+                table = result[change.table]
+                if change.op == "TRUNCATE":
+                    for history in table.values():
+                        if history[-1].end is None:
+                            history[-1].end = at
+                    continue
+                if change.op == "DDL":
+                    continue
+                if change.op in ("DELETE", "UPDATE") and change.before is not None:
+                    old = tuple(change.before[k] for k in spec.keys)
+                    new = tuple(change.after[k] for k in spec.keys) if change.after else None
+                    if change.op == "DELETE" or old != new:
+                        history = table.get(old)
+                        if history and history[-1].end is None:
+                            history[-1].end = at
+                        if change.op == "DELETE":
+                            continue
+                key = tuple(change.after[k] for k in spec.keys)
+                history = table.setdefault(key, [])
+                if history and history[-1].end is None:
+                    if history[-1].row == change.after:
+                        continue
+                    history[-1].end = at
+                history.append(Version(dict(change.after), at))
+        return result
+
+
+def generate_history(tables: int = 3, transactions: int = 40, seed: int = 1, snapshot_rows: int = 4) -> History:
+    """A reproducible history: a snapshot (full load), then random transactions."""
+    rnd = random.Random(seed)
+    specs = make_tables(tables)
+    history = History(specs)
+    clock = dt.datetime(2026, 3, 1, 8, 0, 0)
+    state: dict[str, dict[Key, Row]] = {t.name: {} for t in specs}
+    extra: dict[str, list[Column]] = {t.name: [] for t in specs}
+    counters = {t.name: 0 for t in specs}
+
+    def new_row(spec: TableSpec) -> Row:
+        counters[spec.name] += 1
+        row: Row = {}
+        for column in [*spec.columns, *extra[spec.name]]:
+            if column.name in spec.keys:
+                row[column.name] = counters[spec.name] * (10 if column.spark_type == "bigint" else 1)
+            elif rnd.random() < 0.12:
+                row[column.name] = None
+            else:
+                row[column.name] = column.value(rnd, long=rnd.random() < 0.05)
+        if len(spec.keys) == 2:  # composite: order id and line number
+            row[spec.keys[0]] = 1000 + counters[spec.name] // 3
+            row[spec.keys[1]] = counters[spec.name] % 3 + 1
+        return row
+
+    def key_of(spec: TableSpec, row: Row) -> Key:
+        return tuple(row[k] for k in spec.keys) if spec.keys else (id(row),)
+
+    snapshot: list[Change] = []
+    for spec in specs:
+        for _ in range(snapshot_rows):
+            row = new_row(spec)
+            state[spec.name][key_of(spec, row)] = row
+            snapshot.append(Change(spec.name, "SNAPSHOT", after=dict(row)))
+    history.transactions.append(Transaction(1, clock, tuple(snapshot), snapshot=True))
+
+    ddl_done = truncate_done = key_moved = False
+    for number in range(2, transactions + 2):
+        clock += dt.timedelta(seconds=rnd.randint(1, 120), microseconds=rnd.randint(0, 999_999))
+        changes: list[Change] = []
+        for _ in range(rnd.randint(1, 4)):
+            spec = rnd.choice(specs)
+            rows = state[spec.name]
+            roll = rnd.random()
+            if number > transactions // 2 and not ddl_done and spec.keys and roll < 0.3:
+                ddl_done = True
+                extra[spec.name].append(ADDED_COLUMN)
+                sql = f"ALTER TABLE {spec.schema}.{spec.name} ADD COLUMN {ADDED_COLUMN.name} {ADDED_COLUMN.sql_type}"
+                changes.append(Change(spec.name, "DDL", ddl=sql, added=ADDED_COLUMN))
+            elif number > transactions * 3 // 4 and not truncate_done and roll < 0.08 and rows:
+                truncate_done = True
+                rows.clear()
+                changes.append(Change(spec.name, "TRUNCATE"))
+            elif roll < 0.4 or not rows or not spec.keys:
+                row = new_row(spec)
+                rows[key_of(spec, row)] = row
+                changes.append(Change(spec.name, "INSERT", after=dict(row)))
+            elif roll < 0.8:
+                key = rnd.choice(sorted(rows, key=repr))
+                before = rows[key]
+                after = dict(before)
+                candidates = [c for c in [*spec.values, *extra[spec.name]]]
+                picked = rnd.sample(candidates, k=rnd.randint(1, min(3, len(candidates))))
+                for column in picked:
+                    after[column.name] = None if rnd.random() < 0.1 else column.value(rnd)
+                if len(spec.keys) == 2 and (not key_moved or rnd.random() < 0.15):  # an update that changes the key
+                    key_moved = True
+                    after[spec.keys[1]] = 10 + counters[spec.name]
+                    counters[spec.name] += 1
+                changed = tuple(c for c in after if after[c] != before.get(c))
+                del rows[key]
+                rows[key_of(spec, after)] = after
+                changes.append(Change(spec.name, "UPDATE", before=dict(before), after=after, changed=changed))
+            else:
+                key = rnd.choice(sorted(rows, key=repr))
+                changes.append(Change(spec.name, "DELETE", before=dict(rows.pop(key))))
+        history.transactions.append(Transaction(number, clock, tuple(changes)))
+    return history
