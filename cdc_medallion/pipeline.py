@@ -1,13 +1,14 @@
 """A complete local run: bronze and silver, discovery of tables, then gold.
 
-Gold is declared per source table, and which tables exist is only known once silver has seen
-them; so a run declares the graph from what silver already holds, runs it, and runs it once
-more (only gold has new input then) if new tables appeared.
+Gold is declared per source table, and which tables (and columns) exist is only known once
+silver has seen them; so a run first updates bronze and silver, then declares gold from what
+silver holds and runs the whole graph (only gold has new input by then).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -22,6 +23,7 @@ from cdc_medallion.storage.delta_rs import DeltaRsStore
 class RunSummary:
     updates: list[UpdateResult] = field(default_factory=list)
     discovery: Discovery | None = None
+    quality: Any = None  # cdc_medallion.quality.checks.QualityResult when run with quality=True
 
 
 def run_pipeline(
@@ -29,7 +31,12 @@ def run_pipeline(
     spark: SparkSession | None = None,
     full_refresh: bool = False,
     progress: Progress | None = None,
+    quality: bool = False,
+    great_expectations: bool = True,
 ) -> RunSummary:
+    """Run the conf's pipeline (one or two updates). With `quality`, then check that every
+    bronze message is accounted for and (with `great_expectations`) run the GX suites and build
+    their Data Docs; the results go to the event log (`cdc-medallion run` does this by default)."""
     spark = spark or get_spark()
     say = progress or (lambda _line: None)
     store = DeltaRsStore(conf.storage, spark)
@@ -38,14 +45,20 @@ def run_pipeline(
         if full_refresh:
             say(f"full refresh: clearing {store.root}")
             store.drop_all()
-        before = discover(store, conf)
-        say(f"update 1: {len(conf.sources)} source(s), {len(before.gold_tables())} table(s) with gold")
-        summary.updates.append(_update(conf, before, spark, progress))
+        # Gold's columns must include everything silver has seen (a column added by DDL in this
+        # batch), so bronze and silver run first, then gold is declared from silver and runs.
+        say(f"landing and parsing {len(conf.sources)} source(s)")
+        summary.updates.append(_update(conf, Discovery(tables=(), unconfigured=()), spark, progress))
         after = discover(store, conf)
-        if after.gold_tables() != before.gold_tables():
-            say(f"update 2: new tables {sorted(t for _, t in after.gold_tables() - before.gold_tables())}")
-            summary.updates.append(_update(conf, after, spark, progress))
+        say(f"applying changes to {len(after.gold_tables())} table(s)")
+        summary.updates.append(_update(conf, after, spark, progress))
         summary.discovery = after
+        if quality:
+            from cdc_medallion.quality.checks import run_quality_checks
+
+            summary.quality = run_quality_checks(
+                store, conf, after.tables, summary.updates[-1].update_id, great_expectations, say
+            )
     return summary
 
 

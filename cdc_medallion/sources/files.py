@@ -139,6 +139,9 @@ def _fill_from_dump(row: dict[str, Any], raw: bytes) -> None:
         record = json.loads(raw)
         if not isinstance(record, dict):
             raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+        if "value" not in record and "value_base64" not in record:
+            keys = ", ".join(sorted(record)[:8]) or "none"
+            raise ValueError(f"not a Kafka record: no 'value' or 'value_base64' (keys: {keys})")
         if "value_base64" in record and record["value_base64"] is not None:
             value = base64.b64decode(record["value_base64"], validate=True)
         elif record.get("value") is None:
