@@ -11,7 +11,7 @@ import pkgutil
 
 from cdc_medallion.formats.base import Format, ParseError, format_names, get_format, register_format
 
-_SHARED = {"base", "message", "values"}
+_SHARED = {"base", "message", "values", "json_common", "masks"}  # helpers, not formats
 
 for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
     if _module not in _SHARED and not _module.startswith("_"):

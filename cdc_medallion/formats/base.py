@@ -219,7 +219,10 @@ def millis_to_ts(value: Any) -> dt.datetime | None:
     """Epoch milliseconds -> aware UTC datetime; None for missing/negative ('unknown') values."""
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         return None
-    return dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC)
+    try:
+        return dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC)
+    except (OverflowError, OSError, ValueError):  # out of the representable range: unknown
+        return None
 
 
 # --- registry ---------------------------------------------------------------------------------

@@ -296,8 +296,10 @@ class LocalRunner:
         dataset = self.graph.dataset(flow.target)
         started = time.monotonic()
         for name, rows, count in reader.view_quarantines:
-            if count:
-                self._append_once(name, rows, reader.txns, {"layer": "quarantine", "quarantine_of": flow.source})
+            if count:  # both SCD flows read the view: its quarantine is committed once, as the view's
+                view = name.removesuffix("_quarantine")
+                txns = {f"{view}<-{app.split('<-', 1)[1]}": v for app, v in reader.txns.items() if "<-" in app}
+                self._append_once(name, rows, txns, {"layer": "quarantine", "quarantine_of": flow.source})
         properties = {**dataset.table_properties, "scd_type": str(flow.stored_as_scd_type)}
         applied = AutoCdcApplier(self.store, flow, properties).apply(batch, reader.txns)
         result.batches += 1

@@ -1,0 +1,207 @@
+"""What the JSON change formats share: reading the document, row images, names, order, events.
+
+Canal, Maxwell, Oracle GoldenGate, SharePlex and AWS DMS all carry one JSON object per message
+with row images as JSON objects; they differ in where the operation, table, images and order
+live. The per-format modules say where; this module turns what they find into events, so that
+every format reports tombstones, images, types and sequences the same way. (`change` and
+`schema_change` build events for any format: DTS Avro uses them too.)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from cdc_medallion.formats.base import ParseError, millis_to_ts
+from cdc_medallion.formats.message import BronzeMessage, Event
+from cdc_medallion.formats.values import inferred_type, loads, text_of
+from cdc_medallion.model import KIND_CHANGE, KIND_SCHEMA_CHANGE, KIND_TOMBSTONE, OP_UPDATE
+
+Image = dict[str, str | None]
+
+
+def load_document(message: BronzeMessage) -> dict[str, Any] | None:
+    """The message's JSON object; None for a null or empty value (a Kafka tombstone)."""
+    if message.value is None or message.value.strip() == b"":
+        return None
+    try:
+        document = loads(message.value)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ParseError("value", f"not valid JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise ParseError("value", f"expected a JSON object, got {type(document).__name__}")
+    return document
+
+
+def tombstone(message: BronzeMessage) -> Event:
+    """A null or empty message: counted, never a change (the origin projects emit no row)."""
+    return {"kind": KIND_TOMBSTONE, "sequence": message.position}
+
+
+def value_text(value: Any) -> str | None:
+    """Canonical text of a JSON value; NaN and infinities spelled the way Spark casts them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, decimal.Decimal) and not value.is_finite():
+        return "NaN" if value.is_nan() else ("Infinity" if value > 0 else "-Infinity")
+    return text_of(value)
+
+
+def image_of(raw: Any, where: str) -> Image | None:
+    """A row image (JSON object or null) as canonical text; anything else cannot be applied."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ParseError(where, f"expected a JSON object or null, got {type(raw).__name__}")
+    return {str(name): value_text(value) for name, value in raw.items()}
+
+
+def inferred_types(*images: Mapping[str, Any] | None) -> tuple[dict[str, str], dict[str, str]]:
+    """Spark types of schemaless JSON values (later images win), and 'json' as the source type."""
+    types: dict[str, str] = {}
+    for image in images:
+        for name, value in (image or {}).items():
+            inferred = inferred_type(value)
+            if inferred is not None:
+                types[name] = inferred
+    return types, dict.fromkeys(types, "json")
+
+
+def text_or_none(value: Any) -> str | None:
+    """A name or id as text; absent, null and empty are all None."""
+    return None if value is None or value == "" else str(value)
+
+
+def key_names(raw: Any, where: str) -> list[str] | None:
+    """A list of primary-key column names (null or empty: none given)."""
+    if raw is None or raw == []:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(k, str) and k for k in raw):
+        raise ParseError(where, f"expected a list of column names, got {raw!r}")
+    return list(raw)
+
+
+def split_name(qualified: Any, where: str) -> tuple[str | None, str | None, str]:
+    """`table`, `schema.table` or `db.schema.table` -> (db, schema, table)."""
+    if not isinstance(qualified, str) or not qualified.strip():
+        raise ParseError(where, f"missing or empty table name: {qualified!r}")
+    parts = qualified.strip().split(".")
+    if len(parts) > 3 or not all(parts):
+        raise ParseError(where, f"cannot read {qualified!r} as [db.][schema.]table")
+    padded = [None] * (3 - len(parts)) + parts
+    return padded[0], padded[1], parts[-1]
+
+
+def whole_number(value: Any) -> int | None:
+    """An integer given as a JSON number or as digits (SCNs, positions); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def padded(value: Any, width: int) -> str:
+    """A sortable fixed-width number; a missing or non-numeric value sorts first as zeros."""
+    number = whole_number(value)
+    return f"{max(number, 0) if number is not None else 0:0{width}d}"
+
+
+def sequence(message: BronzeMessage, *parts: str) -> str:
+    """The format's own order, then the landing position as the last-resort tie-breaker."""
+    return ":".join(parts) + "|" + message.position
+
+
+def epoch_millis(value: Any) -> dt.datetime | None:
+    """Epoch milliseconds -> aware UTC time; None when missing, negative or out of range."""
+    try:
+        return millis_to_ts(value)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+_TIMESTAMP = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(\.\d{1,9})?\s*(Z|[+-]\d{2}:?\d{2})?$")
+
+
+def utc_timestamp(text: Any, where: str) -> dt.datetime | None:
+    """`2020-05-13 15:40:06.000000`, `2017-06-16T14:24:34`, `...Z` or `...+08:00` -> aware UTC.
+
+    Times without an offset are UTC, as every format here documents its times.
+    """
+    if text is None or text == "":
+        return None
+    match = _TIMESTAMP.match(str(text).strip())
+    if not match:
+        raise ParseError(where, f"cannot read {text!r} as a timestamp")
+    day, clock, fraction, zone = match.groups()
+    micros = (fraction or ".0")[1:7].ljust(6, "0")
+    offset = "+00:00" if zone in (None, "Z") else (zone if ":" in zone else f"{zone[:3]}:{zone[3:]}")
+    try:
+        value = dt.datetime.fromisoformat(f"{day}T{clock}.{micros}{offset}")
+    except ValueError as error:
+        raise ParseError(where, f"cannot read {text!r} as a timestamp: {error}") from None
+    return value.astimezone(dt.UTC)
+
+
+def unknown_operation(where: str, code: Any, known: Iterable[str]) -> ParseError:
+    return ParseError(where, f"unknown operation type {code!r} (expected one of {', '.join(known)})")
+
+
+def change(
+    op: str,
+    names: tuple[str | None, str | None, str],
+    before: Image | None,
+    after: Image | None,
+    sequence: str,
+    *,
+    keys: list[str] | None = None,
+    types: Mapping[str, str] | None = None,
+    source_types: Mapping[str, str] | None = None,
+    changed: list[str] | None = None,
+    flags: list[str] | None = None,
+    **fields: Any,
+) -> Event:
+    """A row change. For an UPDATE with two full images the changed columns are their difference."""
+    if changed is None and op == OP_UPDATE and before is not None and after is not None and set(before) >= set(after):
+        changed = [c for c in after if before.get(c) != after.get(c)]
+    db, schema, table = names
+    return {
+        "kind": KIND_CHANGE,
+        "source_db": db,
+        "source_schema": schema,
+        "source_table": table,
+        "op": op,
+        "key_columns": keys,
+        "before": before,
+        "after": after,
+        "changed_columns": changed,
+        "present_columns": list(after) if after is not None else None,
+        "column_types": dict(types) if types else None,
+        "source_types": dict(source_types) if source_types else None,
+        "sequence": sequence,
+        "flags": flags or None,
+        **fields,
+    }
+
+
+def schema_change(
+    names: tuple[str | None, str | None, str | None], detail: str | None, sequence: str, op: str = "DDL", **fields: Any
+) -> Event:
+    """A DDL statement (or another change of a table's shape): the schema-change table."""
+    db, schema, table = names
+    return {
+        "kind": KIND_SCHEMA_CHANGE,
+        "op": op,
+        "source_db": db,
+        "source_schema": schema,
+        "source_table": table or None,
+        "detail": detail,
+        "sequence": sequence,
+        **fields,
+    }
