@@ -116,9 +116,10 @@ def _dataset_decorator(kind: DatasetKind, query_function: QueryFunction | None, 
             query=func if kind is not DatasetKind.STREAMING_TABLE else None,
         )
         registry = active_registry()
-        registry.register_dataset(dataset)
         if kind is DatasetKind.STREAMING_TABLE:
-            registry.register_flow(Flow(name=name, target=name, query=func, comment=dataset.comment))
+            registry.register_query_table(dataset, Flow(name=name, target=name, query=func, comment=dataset.comment))
+        else:
+            registry.register_dataset(dataset)
         setattr(func, _DATASET_ATTR, name)
         return func
 

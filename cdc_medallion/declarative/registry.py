@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from cdc_medallion.declarative.definitions import AnyFlow, Dataset, Expectation
+from cdc_medallion.declarative.definitions import AnyFlow, Dataset, Expectation, Flow
 from cdc_medallion.errors import GraphError
 
 
@@ -23,6 +23,13 @@ class GraphElementRegistry(abc.ABC):
 
     @abc.abstractmethod
     def add_expectations(self, dataset_name: str, expectations: tuple[Expectation, ...]) -> None: ...
+
+    def register_query_table(self, dataset: Dataset, flow: Flow) -> None:
+        """A streaming table defined by its query (`@table`): the dataset and its implicit flow.
+
+        Registries that hand definitions to another API (Databricks) receive both at once."""
+        self.register_dataset(dataset)
+        self.register_flow(flow)
 
 
 class InMemoryRegistry(GraphElementRegistry):
@@ -51,7 +58,13 @@ _active: ContextVar[GraphElementRegistry | None] = ContextVar("cdc_medallion_reg
 
 
 def active_registry() -> GraphElementRegistry:
+    """The registry set by `registration` (local runner, tests); else, on Databricks, the one
+    forwarding to the Databricks pipeline API (see `declarative/databricks.py` for the detection)."""
     registry = _active.get()
+    if registry is None:
+        from cdc_medallion.declarative.databricks import databricks_registry
+
+        registry = databricks_registry()
     if registry is None:
         raise GraphError(
             "no active pipeline registry: dataset definitions run inside a pipeline "

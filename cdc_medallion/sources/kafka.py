@@ -1,43 +1,321 @@
-"""Bronze from Kafka (Databricks, or anywhere the Spark Kafka connector is on the classpath)."""
+"""Bronze from Kafka (Databricks, or anywhere the Spark Kafka connector is on the classpath).
+
+A source's `kafka:` block in conf (every key is checked; a typo is an error):
+
+```yaml
+kafka:
+  bootstrap_servers: "{{conf:cdc_medallion.kafka.bootstrap_servers}}"   # required
+  subscribe: "shop.public.customers,shop.public.orders"  # or subscribe_pattern / assign
+  starting_offsets: earliest              # default earliest
+  max_offsets_per_trigger: 100000         # optional
+  fail_on_data_loss: true                 # optional
+  security_protocol: SASL_SSL             # optional (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)
+  secret_scope: "{{conf:cdc_medallion.secret_scope}}"   # default scope of {secret: KEY}
+  sasl:
+    mechanism: SCRAM-SHA-512              # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or AWS_MSK_IAM
+    username: {secret: kafka-username}    # a secret reference (or plain text: a user name is no secret)
+    password: {secret: kafka-password}    # must be a secret reference
+  options:                                # any other Spark Kafka option, by its Spark name
+    kafka.ssl.truststore.location: /Volumes/main/kafka/certs/truststore.jks
+    kafka.ssl.truststore.password: "{{secrets/kafka/truststore-password}}"
+```
+
+Without `subscribe` / `subscribe_pattern` / `assign`, the source's `topic` is subscribed.
+
+Values may be references, resolved when the stream is defined, so no secret is ever in YAML:
+`{{conf:KEY}}` is a Spark conf / pipeline configuration value (the bundle fills those from its
+variables), `{{secrets/SCOPE/KEY}}` and `{secret: KEY[, scope: SCOPE]}` are read with
+`dbutils.secrets.get`. A password, token, secret or credential option given as plain text is a
+configuration error.
+
+The stream lands the Kafka columns (key, value, topic, partition, offset, timestamp, headers) as
+they are, plus the lineage columns the file sources fill, in exactly `BRONZE_SCHEMA`.
+"""
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_medallion.config import SourceConf
 from cdc_medallion.errors import ConfigError
+from cdc_medallion.model import BRONZE_SCHEMA
 
-_PASSTHROUGH = ("startingOffsets", "subscribe", "subscribePattern", "maxOffsetsPerTrigger", "failOnDataLoss")
+KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
+SUBSCRIPTIONS = {"subscribe": "subscribe", "subscribe_pattern": "subscribePattern", "assign": "assign"}
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "AWS_MSK_IAM")
+_KEYS = {
+    "bootstrap_servers",
+    *SUBSCRIPTIONS,
+    "starting_offsets",
+    "max_offsets_per_trigger",
+    "fail_on_data_loss",
+    "security_protocol",
+    "secret_scope",
+    "sasl",
+    "options",
+}
+_SASL_KEYS = {"mechanism", "username", "password"}
+_SENSITIVE = re.compile(r"password|passwd|secret|token|credential|private[._-]?key", re.IGNORECASE)
+_CONF_REF = re.compile(r"\{\{conf:([^{}]+)\}\}")
+_SECRET_REF = re.compile(r"\{\{secrets/([^/{}]+)/([^/{}]+)\}\}")
+_JAAS_LITERAL_PASSWORD = re.compile(r"password\s*=\s*\"(?!\{\{)", re.IGNORECASE)
+
+Value = str | int | bool | Mapping[str, str]
+
+
+def is_reference(value: Any) -> bool:
+    """A value that names where a secret lives instead of holding it."""
+    if isinstance(value, Mapping):
+        return "secret" in value
+    return isinstance(value, str) and bool(_SECRET_REF.search(value) or _CONF_REF.search(value))
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """A source's `kafka:` block, checked."""
+
+    bootstrap_servers: Value
+    subscription: tuple[str, Value]  # (Spark option name, value)
+    starting_offsets: Value = "earliest"
+    max_offsets_per_trigger: Value | None = None
+    fail_on_data_loss: Value | None = None
+    security_protocol: Value | None = None
+    secret_scope: Value | None = None
+    sasl_mechanism: Value | None = None
+    sasl_username: Value | None = None
+    sasl_password: Value | None = None
+    options: Mapping[str, Value] = field(default_factory=dict)
+
+
+def parse_kafka(source: SourceConf) -> KafkaSettings:
+    """Check a source's `kafka:` block; errors name the source, the key and the reason."""
+    raw = dict(source.kafka)
+
+    def error(key: str, reason: str) -> ConfigError:
+        return ConfigError(f"source {source.name!r}: key 'kafka.{key}': {reason}")
+
+    if not raw:
+        raise ConfigError(
+            f"source {source.name!r}: no 'kafka' settings; on Databricks bronze reads Kafka "
+            "(kafka.bootstrap_servers and a topic are required)"
+        )
+    unknown = sorted(set(raw) - _KEYS)
+    if unknown:
+        raise error(unknown[0], f"unknown key (known: {', '.join(sorted(_KEYS))})")
+    if "bootstrap_servers" not in raw:
+        raise error("bootstrap_servers", "is required to read from Kafka")
+    chosen = [key for key in SUBSCRIPTIONS if key in raw]
+    if len(chosen) > 1:
+        raise error(chosen[1], f"give one of {', '.join(SUBSCRIPTIONS)}, not several")
+    if chosen:
+        subscription = (SUBSCRIPTIONS[chosen[0]], raw[chosen[0]])
+    elif source.topic:
+        subscription = ("subscribe", source.topic)
+    else:
+        raise error("subscribe", "is required (or subscribe_pattern, assign, or the source's topic)")
+    for key, value in raw.items():
+        if key in ("sasl", "options"):
+            continue
+        if not isinstance(value, str | int | bool) and not (isinstance(value, Mapping) and "secret" in value):
+            raise error(key, f"must be text, a number or a secret reference, got {type(value).__name__}")
+    protocol = raw.get("security_protocol")
+    if isinstance(protocol, str) and not is_reference(protocol) and protocol not in SECURITY_PROTOCOLS:
+        raise error("security_protocol", f"must be one of {', '.join(SECURITY_PROTOCOLS)}, got {protocol!r}")
+    sasl = raw.get("sasl") or {}
+    if not isinstance(sasl, Mapping):
+        raise error("sasl", "must be a mapping (mechanism, username, password)")
+    unknown = sorted(set(sasl) - _SASL_KEYS)
+    if unknown:
+        raise error(f"sasl.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_SASL_KEYS))})")
+    mechanism = sasl.get("mechanism")
+    if sasl and mechanism is None:
+        raise error("sasl.mechanism", f"is required (one of {', '.join(SASL_MECHANISMS)})")
+    if isinstance(mechanism, str) and not is_reference(mechanism) and mechanism not in SASL_MECHANISMS:
+        raise error("sasl.mechanism", f"must be one of {', '.join(SASL_MECHANISMS)}, got {mechanism!r}")
+    if mechanism is not None and mechanism != "AWS_MSK_IAM" and not ("username" in sasl and "password" in sasl):
+        raise error("sasl", f"mechanism {mechanism} needs a username and a password (secret references)")
+    if "password" in sasl and not is_reference(sasl["password"]):
+        raise error(
+            "sasl.password", "must be a secret reference ({secret: KEY} or {{secrets/SCOPE/KEY}}), never a value"
+        )
+    options = raw.get("options") or {}
+    if not isinstance(options, Mapping):
+        raise error("options", "must be a mapping of Spark Kafka option names to values")
+    for key, value in options.items():
+        where = f"options.{key}"
+        if key in ("includeHeaders", "kafka.bootstrap.servers", *SUBSCRIPTIONS.values(), "startingOffsets"):
+            raise error(where, "is set by cdc-medallion (use the kafka settings of the same name)")
+        if _SENSITIVE.search(key) and not is_reference(value):
+            raise error(where, "holds a secret: give a secret reference ({{secrets/SCOPE/KEY}}), never the value")
+        if "jaas" in key.lower() and isinstance(value, str) and _JAAS_LITERAL_PASSWORD.search(value):
+            raise error(where, "contains a literal password: use {{secrets/SCOPE/KEY}} inside it")
+    return KafkaSettings(
+        bootstrap_servers=raw["bootstrap_servers"],
+        subscription=subscription,
+        starting_offsets=raw.get("starting_offsets", "earliest"),
+        max_offsets_per_trigger=raw.get("max_offsets_per_trigger"),
+        fail_on_data_loss=raw.get("fail_on_data_loss"),
+        security_protocol=protocol,
+        secret_scope=raw.get("secret_scope"),
+        sasl_mechanism=mechanism,
+        sasl_username=sasl.get("username"),
+        sasl_password=sasl.get("password"),
+        options=dict(options),
+    )
+
+
+# --- resolving references ---------------------------------------------------------------------
+ConfGet = Callable[[str], str | None]
+SecretGet = Callable[[str, str], str]
+
+
+def spark_conf_get(key: str) -> str | None:
+    spark = SparkSession.getActiveSession()
+    return None if spark is None else spark.conf.get(key, None)
+
+
+def dbutils_secret_get(scope: str, key: str) -> str:
+    """`dbutils.secrets.get` on Databricks; anywhere else there is no secret scope to read."""
+    try:
+        from databricks.sdk.runtime import dbutils  # type: ignore[import-not-found]
+    except ImportError:
+        try:
+            from pyspark.dbutils import DBUtils  # type: ignore[import-not-found]
+        except ImportError:
+            raise ConfigError(
+                f"secret {scope}/{key}: secret references are read with dbutils.secrets, which exists "
+                "only on Databricks"
+            ) from None
+        dbutils = DBUtils(SparkSession.active())
+    return dbutils.secrets.get(scope=scope, key=key)
+
+
+class Resolver:
+    def __init__(self, source: str, settings: KafkaSettings, conf_get: ConfGet, secret_get: SecretGet) -> None:
+        self.source = source
+        self.conf_get = conf_get
+        self.secret_get = secret_get
+        self.scope = None if settings.secret_scope is None else self(settings.secret_scope, "secret_scope")
+
+    def __call__(self, value: Value, where: str) -> str:
+        if isinstance(value, Mapping):
+            scope = value.get("scope", self.scope)
+            if not scope:
+                raise ConfigError(f"source {self.source!r}: kafka.{where}: no scope for secret {value['secret']!r}")
+            return self.secret_get(self(scope, where), str(value["secret"]))
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        text = _CONF_REF.sub(lambda m: self._conf(m.group(1), where), str(value))
+        return _SECRET_REF.sub(lambda m: self.secret_get(m.group(1), m.group(2)), text)
+
+    def _conf(self, key: str, where: str) -> str:
+        value = self.conf_get(key)
+        if value is None or value == "":
+            raise ConfigError(
+                f"source {self.source!r}: kafka.{where} refers to {{{{conf:{key}}}}}, which is not set: "
+                "set it in the pipeline configuration (databricks.yml variables)"
+            )
+        return value
+
+
+def _login_module(mechanism: str, shaded: bool) -> dict[str, str]:
+    if mechanism == "AWS_MSK_IAM":  # Databricks ships the MSK IAM classes shaded
+        return {
+            "kafka.sasl.jaas.config": "shadedmskiam.software.amazon.msk.auth.iam.IAMLoginModule required;",
+            "kafka.sasl.client.callback.handler.class": (
+                "shadedmskiam.software.amazon.msk.auth.iam.IAMClientCallbackHandler"
+            ),
+        }
+    prefix = ("kafkashaded." if shaded else "") + "org.apache.kafka.common.security"
+    module = "plain.PlainLoginModule" if mechanism == "PLAIN" else "scram.ScramLoginModule"
+    return {"kafka.sasl.jaas.config": f"{prefix}.{module} required username=%s password=%s;"}
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def on_databricks() -> bool:
+    if "DATABRICKS_RUNTIME_VERSION" in os.environ:
+        return True
+    from cdc_medallion.declarative.databricks import find_pipelines_module
+
+    return find_pipelines_module() is not None
+
+
+def kafka_options(
+    source: SourceConf,
+    conf_get: ConfGet = spark_conf_get,
+    secret_get: SecretGet = dbutils_secret_get,
+    shaded: bool | None = None,
+) -> dict[str, str]:
+    """The Spark Kafka source options of a source, references resolved."""
+    settings = parse_kafka(source)
+    resolve = Resolver(source.name, settings, conf_get, secret_get)
+    subscription, topics = settings.subscription
+    options = {
+        "kafka.bootstrap.servers": resolve(settings.bootstrap_servers, "bootstrap_servers"),
+        subscription: resolve(topics, "subscribe"),
+        "startingOffsets": resolve(settings.starting_offsets, "starting_offsets"),
+        "includeHeaders": "true",
+    }
+    if settings.max_offsets_per_trigger is not None:
+        options["maxOffsetsPerTrigger"] = resolve(settings.max_offsets_per_trigger, "max_offsets_per_trigger")
+    if settings.fail_on_data_loss is not None:
+        options["failOnDataLoss"] = resolve(settings.fail_on_data_loss, "fail_on_data_loss")
+    if settings.security_protocol is not None:
+        options["kafka.security.protocol"] = resolve(settings.security_protocol, "security_protocol")
+    if settings.sasl_mechanism is not None:
+        mechanism = resolve(settings.sasl_mechanism, "sasl.mechanism")
+        if mechanism not in SASL_MECHANISMS:
+            raise ConfigError(f"source {source.name!r}: kafka.sasl.mechanism resolved to unknown {mechanism!r}")
+        options["kafka.sasl.mechanism"] = mechanism
+        login = _login_module(mechanism, on_databricks() if shaded is None else shaded)
+        if mechanism != "AWS_MSK_IAM":
+            assert settings.sasl_username is not None and settings.sasl_password is not None
+            username = resolve(settings.sasl_username, "sasl.username")
+            password = resolve(settings.sasl_password, "sasl.password")
+            login["kafka.sasl.jaas.config"] %= (_quote(username), _quote(password))
+        options.update(login)
+    for key, value in settings.options.items():
+        options[key] = resolve(value, f"options.{key}")
+    return options
+
+
+# --- the stream -------------------------------------------------------------------------------
+def _nullable(column: Column, spark_type: str) -> Column:
+    """The same value, typed nullable as in BRONZE_SCHEMA (literals are non-nullable otherwise)."""
+    return F.nullif(column.cast(spark_type), F.lit(None).cast(spark_type))
+
+
+def to_bronze(kafka: DataFrame, source: str) -> DataFrame:
+    """Rows of the Spark Kafka source as bronze rows: the Kafka columns as they are, lineage added."""
+    lineage = {
+        "_source": F.lit(source),
+        "_file": F.lit(None),
+        "_line": F.lit(None),
+        "_ingest_ts": F.current_timestamp(),
+        "_landing_error": F.lit(None),
+    }
+    columns = []
+    for spec in BRONZE_SCHEMA.fields:
+        if spec.name in KAFKA_COLUMNS:
+            value = F.col(spec.name).cast(spec.dataType)
+        else:
+            value = _nullable(lineage[spec.name], spec.dataType.simpleString())
+        columns.append(value.alias(spec.name))
+    return kafka.select(*columns)
 
 
 def kafka_stream(source: SourceConf) -> DataFrame:
-    """Kafka columns land as they are, plus the same lineage columns the file sources fill."""
-    settings = dict(source.kafka)
-    if "bootstrap_servers" not in settings:
-        raise ConfigError(f"source {source.name!r}: kafka.bootstrap_servers is required to read from Kafka")
-    reader = SparkSession.active().readStream.format("kafka")
-    reader = reader.option("kafka.bootstrap.servers", settings.pop("bootstrap_servers"))
-    for key in _PASSTHROUGH:
-        if key in settings:
-            reader = reader.option(key, str(settings.pop(key)))
-    for key, value in settings.items():
-        reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", str(value))
-    return (
-        reader.option("includeHeaders", "true")
-        .load()
-        .select(
-            "key",
-            "value",
-            "topic",
-            "partition",
-            "offset",
-            "timestamp",
-            F.col("headers").cast("array<struct<key:string,value:binary>>").alias("headers"),
-            F.lit(source.name).alias("_source"),
-            F.lit(None).cast("string").alias("_file"),
-            F.lit(None).cast("bigint").alias("_line"),
-            F.current_timestamp().alias("_ingest_ts"),
-            F.lit(None).cast("string").alias("_landing_error"),
-        )
-    )
+    """The source's Kafka topics as a stream of bronze rows."""
+    options = kafka_options(source)
+    return to_bronze(SparkSession.active().readStream.format("kafka").options(**options).load(), source.name)

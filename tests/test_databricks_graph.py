@@ -1,0 +1,966 @@
+"""On Databricks the facade hands Lakeflow the same graph the local runner runs.
+
+`pyspark.pipelines` (Databricks' module) and `dlt` are replaced by recording stand-ins: real
+module objects whose functions have the documented signatures (keyword names and defaults, from
+the Databricks Python reference and the `databricks-dlt` 0.3.0 stubs), check argument types, refuse
+unknown keywords, duplicate names and expectation decorators placed above a dataset decorator, and
+record every call. `transformations/` is then executed as Lakeflow does — each file run with no
+local registry active and the conf path in the Spark conf key `cdc_medallion.conf` — and the
+recorded graph, read back (the quarantine pattern folded into the dataset it implements), must
+equal `load_graph(conf)` for the same conf.
+"""
+
+from __future__ import annotations
+
+import base64
+import inspect
+import json
+import re
+import runpy
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pyspark.sql import Column
+from pyspark.sql.types import StructType
+
+from cdc_medallion import dp
+from cdc_medallion.config import SPARK_CONF_KEY, SourceConf, load_conf
+from cdc_medallion.declarative import databricks
+from cdc_medallion.declarative.definitions import Action, AutoCdcFlow, DatasetKind, Flow
+from cdc_medallion.declarative.runtime import reading_with
+from cdc_medallion.errors import ConfigError, GraphError
+from cdc_medallion.formats import format_names
+from cdc_medallion.model import BRONZE_SCHEMA, EVENT_SCHEMA
+from cdc_medallion.quality.rules import load_rules
+from cdc_medallion.runner.graph import Graph, load_graph, transformation_files
+from cdc_medallion.sources.kafka import kafka_options, parse_kafka, to_bronze
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# --- the recording stand-ins -----------------------------------------------------------------
+@dataclass
+class Recorded:
+    """One call of a dataset function, flow function or create_streaming_table."""
+
+    api: str  # the API function called: table, materialized_view, temporary_view, view, ...
+    name: str
+    options: dict[str, Any]
+    query: Callable[..., Any] | None = None
+    expectations: list[tuple[str, str, str]] = field(default_factory=list)  # (decorator, name, constraint)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.datasets: dict[str, Recorded] = {}
+        self.flows: dict[str, Recorded] = {}
+
+
+_EXPECTATIONS = "_standin_expectations"
+_REGISTERED = "_standin_registered"
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise TypeError(message)
+
+
+def _str_dict(value: Any, what: str) -> None:
+    _require(
+        value is None
+        or (isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())),
+        f"{what} must be a dict of str to str, got {value!r}",
+    )
+
+
+def _str_list(value: Any, what: str) -> None:
+    _require(
+        value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value)),
+        f"{what} must be a list of str, got {value!r}",
+    )
+
+
+def _check_common(options: dict[str, Any]) -> None:
+    _require(options.get("name") is None or isinstance(options["name"], str), "name must be str")
+    _require(options.get("comment") is None or isinstance(options["comment"], str), "comment must be str")
+    for key in ("spark_conf", "table_properties"):
+        _str_dict(options.get(key), key)
+    for key in ("partition_cols", "cluster_by"):
+        _str_list(options.get(key), key)
+    schema = options.get("schema")
+    _require(
+        schema is None or isinstance(schema, StructType | str), f"schema must be StructType or str, got {schema!r}"
+    )
+    for key in ("private", "temporary", "cluster_by_auto", "once"):
+        _require(isinstance(options.get(key, False), bool), f"{key} must be bool")
+
+
+def _query_function(func: Any, what: str) -> None:
+    _require(callable(func), f"{what}: the decorated object must be a function")
+    required = [
+        p
+        for p in inspect.signature(func).parameters.values()
+        if p.default is p.empty and p.kind is not p.VAR_POSITIONAL
+    ]
+    _require(not required, f"{what}: a query function takes no arguments, got {required}")
+
+
+def _dataset(recorder: Recorder, api: str, query_function: Any, options: dict[str, Any]) -> Any:
+    _check_common(options)
+
+    def register(func: Any) -> Any:
+        _query_function(func, f"@{api}")
+        name = options.get("name") or func.__name__
+        _require(name not in recorder.datasets, f"dataset {name!r} is defined twice")
+        recorded = Recorded(api, name, {k: v for k, v in options.items() if k != "name"}, func)
+        recorded.expectations = list(getattr(func, _EXPECTATIONS, []))
+        setattr(func, _REGISTERED, name)
+        recorder.datasets[name] = recorded
+        return func
+
+    return register(query_function) if query_function is not None else register
+
+
+def _expectation(kind: str) -> Callable[..., Any]:
+    def expectation(name: str, constraint: str | Column) -> Callable[[Any], Any]:
+        _require(isinstance(name, str) and name, f"{kind}: name must be a non-empty str")
+        _require(isinstance(constraint, str | Column), f"{kind}: constraint must be str or Column")
+
+        def decorate(func: Any) -> Any:
+            _require(
+                not hasattr(func, _REGISTERED),
+                f"{kind}({name!r}) above the dataset decorator of {getattr(func, _REGISTERED, '?')}",
+            )
+            setattr(func, _EXPECTATIONS, [(kind, name, constraint), *getattr(func, _EXPECTATIONS, [])])
+            return func
+
+        return decorate
+
+    expectation.__name__ = kind
+    return expectation
+
+
+def _expectation_dicts(kind: str) -> Callable[..., Any]:
+    single = {"expect_all": "expect", "expect_all_or_drop": "expect_or_drop", "expect_all_or_fail": "expect_or_fail"}
+
+    def expectations(rules: dict[str, str | Column]) -> Callable[[Any], Any]:
+        _require(isinstance(rules, dict), f"{kind} takes a dict")
+
+        def decorate(func: Any) -> Any:
+            for name, constraint in reversed(list(rules.items())):
+                _expectation(single[kind])(name, constraint)(func)
+            return func
+
+        return decorate
+
+    expectations.__name__ = kind
+    return expectations
+
+
+def _streaming_table(recorder: Recorder, options: dict[str, Any]) -> None:
+    _check_common(options)
+    _require(isinstance(options["name"], str), "create_streaming_table: name must be str")
+    name = options.pop("name")
+    _require(name not in recorder.datasets, f"dataset {name!r} is defined twice")
+    for key in ("expect_all", "expect_all_or_drop", "expect_all_or_fail"):
+        _str_dict(options.get(key), key)
+    recorded = Recorded("create_streaming_table", name, options)
+    for key, kind in (
+        ("expect_all", "expect"),
+        ("expect_all_or_drop", "expect_or_drop"),
+        ("expect_all_or_fail", "expect_or_fail"),
+    ):
+        recorded.expectations += [(kind, n, c) for n, c in (options.get(key) or {}).items()]
+    recorder.datasets[name] = recorded
+
+
+def _append_flow(recorder: Recorder, options: dict[str, Any]) -> Callable[[Any], None]:
+    _check_common(options)
+    _require(isinstance(options.get("target"), str), "append_flow: target must be str")
+
+    def register(func: Any) -> None:
+        _query_function(func, "@append_flow")
+        name = options.get("name") or func.__name__
+        _require(name not in recorder.flows, f"flow {name!r} is defined twice")
+        recorder.flows[name] = Recorded("append_flow", name, {k: v for k, v in options.items() if k != "name"}, func)
+
+    return register
+
+
+def _auto_cdc(recorder: Recorder, api: str, options: dict[str, Any], name_key: str) -> None:
+    keys = options["keys"]
+    _require(
+        isinstance(keys, list) and keys and all(isinstance(k, str | Column) for k in keys), "keys: a non-empty list"
+    )
+    for key in ("target", "source"):
+        _require(isinstance(options[key], str), f"{key} must be str")
+    _require(isinstance(options["sequence_by"], str | Column), "sequence_by must be str or Column")
+    for key in ("apply_as_deletes", "apply_as_truncates"):
+        _require(options[key] is None or isinstance(options[key], str | Column), f"{key} must be str or Column")
+    for key in ("column_list", "except_column_list", "track_history_column_list", "track_history_except_column_list"):
+        _str_list(options[key], key)
+    _require(not (options["column_list"] and options["except_column_list"]), "column_list and except_column_list")
+    scd = options["stored_as_scd_type"]
+    _require(scd in (1, 2, "1", "2"), f"stored_as_scd_type must be 1 or 2, got {scd!r}")
+    if str(scd) == "1":
+        _require(
+            not options["track_history_column_list"] and not options["track_history_except_column_list"],
+            "track_history_* is for SCD type 2",
+        )
+    _require(isinstance(options["ignore_null_updates"] or False, bool), "ignore_null_updates must be bool")
+    name = options.pop(name_key) or options["target"]
+    _require(name not in recorder.flows, f"flow {name!r} is defined twice")
+    recorder.flows[name] = Recorded(api, name, options)
+
+
+def pipelines_standin(recorder: Recorder) -> types.ModuleType:
+    """Databricks' `pyspark.pipelines`, as its Python reference documents it."""
+    module = types.ModuleType("pyspark.pipelines")
+
+    def table(
+        query_function=None,
+        *,
+        name=None,
+        comment=None,
+        spark_conf=None,
+        table_properties=None,
+        path=None,
+        partition_cols=None,
+        cluster_by_auto=False,
+        cluster_by=None,
+        schema=None,
+        row_filter=None,
+        private=False,
+    ):
+        return _dataset(recorder, "table", query_function, {k: v for k, v in locals().items() if k != "query_function"})
+
+    def materialized_view(
+        query_function=None,
+        *,
+        name=None,
+        comment=None,
+        spark_conf=None,
+        table_properties=None,
+        path=None,
+        partition_cols=None,
+        cluster_by_auto=False,
+        cluster_by=None,
+        schema=None,
+        row_filter=None,
+        private=False,
+    ):
+        options = {k: v for k, v in locals().items() if k != "query_function"}
+        return _dataset(recorder, "materialized_view", query_function, options)
+
+    def temporary_view(query_function=None, *, name=None, comment=None):
+        options = {k: v for k, v in locals().items() if k != "query_function"}
+        return _dataset(recorder, "temporary_view", query_function, options)
+
+    def create_streaming_table(
+        name,
+        *,
+        comment=None,
+        spark_conf=None,
+        table_properties=None,
+        path=None,
+        partition_cols=None,
+        cluster_by_auto=False,
+        cluster_by=None,
+        schema=None,
+        expect_all=None,
+        expect_all_or_drop=None,
+        expect_all_or_fail=None,
+        row_filter=None,
+        private=False,
+    ):
+        _streaming_table(recorder, dict(locals()))
+
+    def append_flow(*, target, name=None, once=False, spark_conf=None, comment=None):
+        return _append_flow(recorder, dict(locals()))
+
+    def create_auto_cdc_flow(
+        target,
+        source,
+        keys,
+        sequence_by,
+        ignore_null_updates=False,
+        apply_as_deletes=None,
+        apply_as_truncates=None,
+        column_list=None,
+        except_column_list=None,
+        stored_as_scd_type="1",
+        track_history_column_list=None,
+        track_history_except_column_list=None,
+        name=None,
+        once=False,
+    ):
+        _auto_cdc(recorder, "create_auto_cdc_flow", dict(locals()), "name")
+
+    for function in (
+        table,
+        materialized_view,
+        temporary_view,
+        create_streaming_table,
+        append_flow,
+        create_auto_cdc_flow,
+    ):
+        setattr(module, function.__name__, function)
+    for kind in ("expect", "expect_or_drop", "expect_or_fail"):
+        setattr(module, kind, _expectation(kind))
+    for kind in ("expect_all", "expect_all_or_drop", "expect_all_or_fail"):
+        setattr(module, kind, _expectation_dicts(kind))
+    return module
+
+
+def dlt_standin(recorder: Recorder) -> types.ModuleType:
+    """The older `dlt` module, with the signatures of the `databricks-dlt` 0.3.0 stubs."""
+    module = types.ModuleType("dlt")
+
+    def table(
+        query_function=None,
+        name=None,
+        comment=None,
+        spark_conf=None,
+        table_properties=None,
+        partition_cols=None,
+        path=None,
+        schema=None,
+        temporary=False,
+        cluster_by=None,
+        row_filter=None,
+    ):
+        return _dataset(recorder, "table", query_function, {k: v for k, v in locals().items() if k != "query_function"})
+
+    def view(query_function=None, name=None, comment=None, spark_conf=None):
+        return _dataset(recorder, "view", query_function, {k: v for k, v in locals().items() if k != "query_function"})
+
+    def create_streaming_table(
+        name,
+        comment=None,
+        spark_conf=None,
+        table_properties=None,
+        partition_cols=None,
+        path=None,
+        schema=None,
+        expect_all=None,
+        expect_all_or_drop=None,
+        expect_all_or_fail=None,
+        cluster_by=None,
+        row_filter=None,
+    ):
+        _streaming_table(recorder, dict(locals()))
+
+    def append_flow(name=None, target=None, comment=None, spark_conf=None, once=False):
+        return _append_flow(recorder, dict(locals()))
+
+    def apply_changes(
+        target,
+        source,
+        keys,
+        sequence_by,
+        where=None,
+        ignore_null_updates=None,
+        apply_as_deletes=None,
+        apply_as_truncates=None,
+        column_list=None,
+        except_column_list=None,
+        stored_as_scd_type="1",
+        track_history_column_list=None,
+        track_history_except_column_list=None,
+        flow_name=None,
+        once=False,
+        ignore_null_updates_column_list=None,
+        ignore_null_updates_except_column_list=None,
+        columns_to_update=None,
+    ):
+        _auto_cdc(recorder, "apply_changes", dict(locals()), "flow_name")
+
+    for function in (table, view, create_streaming_table, append_flow, apply_changes):
+        setattr(module, function.__name__, function)
+    for kind in ("expect", "expect_or_drop", "expect_or_fail"):
+        setattr(module, kind, _expectation(kind))
+    for kind in ("expect_all", "expect_all_or_drop", "expect_all_or_fail"):
+        setattr(module, kind, _expectation_dicts(kind))
+    return module
+
+
+STANDINS = {"pyspark.pipelines": pipelines_standin, "dlt": dlt_standin}
+
+
+@pytest.fixture(params=sorted(STANDINS))
+def standin(request, monkeypatch) -> tuple[str, Recorder]:
+    """A recording stand-in installed in sys.modules as Databricks would provide it."""
+    recorder = Recorder()
+    module = STANDINS[request.param](recorder)
+    monkeypatch.setitem(sys.modules, request.param, module)
+    if request.param == "dlt":  # an older runtime: pyspark.pipelines is Apache Spark's (no expectations)
+        import pyspark.pipelines as oss
+
+        monkeypatch.setitem(sys.modules, "pyspark.pipelines", oss)
+    return request.param, recorder
+
+
+# --- reading a recorded graph back -----------------------------------------------------------
+NATIVE_ACTION = {"expect": Action.WARN, "expect_or_drop": Action.DROP, "expect_or_fail": Action.FAIL}
+_NULL_SAFE = re.compile(r"^COALESCE\(\((.*)\), FALSE\)$", re.DOTALL)
+
+
+def _unwrap_constraint(constraint: str) -> str:
+    match = _NULL_SAFE.match(constraint)
+    assert match, f"native constraint {constraint!r} is not NULL-safe (COALESCE((...), FALSE))"
+    return match.group(1)
+
+
+def _code(func: Any) -> Any:
+    return inspect.unwrap(func).__code__ if func is not None else None
+
+
+def _expectations(items: list[tuple[str, str, str]], action: dict[str, Action]) -> dict[str, tuple[str, Action]]:
+    return {name: (_unwrap_constraint(constraint), action[kind]) for kind, name, constraint in items}
+
+
+def _schema(schema: Any) -> Any:
+    return schema.json() if isinstance(schema, StructType) else schema
+
+
+def _dataset_entry(api: str, options: dict[str, Any], query: Any, expectations: dict[str, tuple[str, Action]]) -> dict:
+    return {
+        "api": api,
+        "comment": options.get("comment"),
+        "table_properties": dict(options.get("table_properties") or {}),
+        "partition_cols": list(options.get("partition_cols") or []),
+        "cluster_by": list(options.get("cluster_by") or []),
+        "schema": _schema(options.get("schema")),
+        "spark_conf": dict(options.get("spark_conf") or {}),
+        "expectations": expectations,
+        "query": _code(query),
+    }
+
+
+def recorded_graph(recorder: Recorder, flavor: str) -> tuple[dict, dict]:
+    """The recorded calls as a logical graph: quarantine patterns folded back into their dataset."""
+    datasets = dict(recorder.datasets)
+    logical: dict[str, dict] = {}
+    for twin_name in [n for n in datasets if n.endswith("__checked")]:
+        base = twin_name.removesuffix("__checked")
+        twin, valid, quarantine = datasets.pop(twin_name), datasets.pop(base), datasets.pop(f"{base}_quarantine")
+        private = "private" if flavor == "pyspark.pipelines" else "temporary"
+        assert twin.options.get(private) is True or twin.api in ("temporary_view", "view"), twin
+        assert twin.api == valid.api, (twin.api, valid.api)
+        if twin.api not in ("temporary_view", "view"):
+            assert twin.options["partition_cols"] == ["__quarantined"]
+        assert quarantine.options["table_properties"] == {"layer": "quarantine", "quarantine_of": base}
+        assert quarantine.api in ("table", "materialized_view") and not quarantine.expectations
+        rules = _expectations(twin.expectations, {"expect": Action.QUARANTINE, "expect_or_fail": Action.FAIL})
+        rules.update(_expectations(valid.expectations, NATIVE_ACTION))
+        logical[base] = _dataset_entry(valid.api, valid.options, twin.query, rules)
+    for name, recorded in datasets.items():
+        logical[name] = _dataset_entry(
+            recorded.api, recorded.options, recorded.query, _expectations(recorded.expectations, NATIVE_ACTION)
+        )
+    flows: dict[str, dict] = {}
+    for name, recorded in recorder.flows.items():
+        options = recorded.options
+        if recorded.api == "append_flow":
+            flows[name] = {
+                "type": "append",
+                "target": options["target"],
+                "once": options["once"],
+                "comment": options["comment"],
+                "spark_conf": dict(options["spark_conf"] or {}),
+                "query": _code(recorded.query),
+            }
+        else:
+            flows[name] = {
+                "type": "auto_cdc",
+                **{k: options[k] for k in AUTO_CDC_KEYS},
+                "keys": list(options["keys"]),
+                "ignore_null_updates": bool(options["ignore_null_updates"]),
+                "stored_as_scd_type": int(options["stored_as_scd_type"]),
+            }
+    for name, entry in logical.items():  # a streaming table defined by its query has an implicit flow
+        if entry["api"] == "table" and entry["query"] is not None:
+            flows[name] = {
+                "type": "append",
+                "target": name,
+                "once": False,
+                "comment": entry["comment"],
+                "spark_conf": {},
+                "query": entry["query"],
+            }
+            entry["query"] = None
+    return logical, flows
+
+
+AUTO_CDC_KEYS = (
+    "target",
+    "source",
+    "sequence_by",
+    "apply_as_deletes",
+    "apply_as_truncates",
+    "column_list",
+    "except_column_list",
+    "track_history_column_list",
+    "track_history_except_column_list",
+    "once",
+)
+
+
+def local_graph(graph: Graph, flavor: str) -> tuple[dict, dict]:
+    """The local runner's graph in the same shape, with the documented translations applied."""
+    apis = {
+        DatasetKind.MATERIALIZED_VIEW: "materialized_view" if flavor == "pyspark.pipelines" else "table",
+        DatasetKind.TEMPORARY_VIEW: "temporary_view" if flavor == "pyspark.pipelines" else "view",
+    }
+    datasets = {}
+    for name, dataset in graph.datasets.items():
+        if dataset.kind is DatasetKind.STREAMING_TABLE:
+            implicit = graph.flows.get(name)
+            api = "table" if isinstance(implicit, Flow) and implicit.target == name else "create_streaming_table"
+        else:
+            api = apis[dataset.kind]
+        options = {
+            "comment": dataset.comment,
+            "table_properties": dataset.table_properties,
+            "partition_cols": list(dataset.partition_cols),
+            "cluster_by": list(dataset.cluster_by),
+            "schema": dataset.schema,
+            "spark_conf": dataset.spark_conf,
+        }
+        expectations = {e.name: (e.constraint, e.action) for e in dataset.expectations}
+        datasets[name] = _dataset_entry(api, options, dataset.query, expectations)
+    flows = {}
+    for name, flow in graph.flows.items():
+        if isinstance(flow, AutoCdcFlow):
+            flows[name] = {
+                "type": "auto_cdc",
+                "target": flow.target,
+                "source": flow.source,
+                "sequence_by": flow.sequence_by,
+                "apply_as_deletes": flow.apply_as_deletes,
+                "apply_as_truncates": flow.apply_as_truncates,
+                "column_list": list(flow.column_list) if flow.column_list is not None else None,
+                "except_column_list": list(flow.except_column_list) if flow.except_column_list is not None else None,
+                "track_history_column_list": list(flow.track_history_column_list or []) or None,
+                "track_history_except_column_list": list(flow.track_history_except_column_list or []) or None,
+                "once": flow.once,
+                "keys": list(flow.keys),
+                # our local extension compiles to ignore_null_updates on Databricks
+                "ignore_null_updates": flow.ignore_null_updates or flow.present_columns_column is not None,
+                "stored_as_scd_type": flow.stored_as_scd_type,
+            }
+        else:
+            flows[name] = {
+                "type": "append",
+                "target": flow.target,
+                "once": flow.once,
+                "comment": flow.comment,
+                "spark_conf": dict(flow.spark_conf),
+                "query": _code(flow.query),
+            }
+    return datasets, flows
+
+
+def run_as_databricks(spark: Any, conf_path: Path, monkeypatch) -> None:
+    """What Lakeflow does: the conf path in the pipeline configuration, each source file executed."""
+    monkeypatch.setattr(databricks, "_registries", {})
+    spark.conf.set(SPARK_CONF_KEY, str(conf_path))
+    try:
+        conf = load_conf(conf_path)
+        assert conf.transformations is not None
+        for file in transformation_files(conf.transformations):
+            runpy.run_path(str(file), run_name=f"lakeflow.{file.stem}")
+    finally:
+        spark.conf.unset(SPARK_CONF_KEY)
+
+
+# --- the confs ---------------------------------------------------------------------------------
+def every_format_conf(tmp_path: Path) -> Path:
+    """One Kafka source per registered format, each with a gold table (keys, columns, history)."""
+    sources, tables = [], []
+    for index, fmt in enumerate(format_names()):
+        name = f"src_{fmt.replace('-', '_')}"
+        sources.append(
+            {
+                "name": name,
+                "format": fmt,
+                "topic": f"{fmt}.events",
+                "kafka": {
+                    "bootstrap_servers": "{{conf:cdc_medallion.kafka.bootstrap_servers}}",
+                    "subscribe_pattern": f"{fmt}\\..*",
+                },
+            }
+        )
+        tables.append(
+            {
+                "source": name,
+                "table": f"app.items_{index}",
+                "name": f"items_{index}",
+                "keys": ["id"],
+                "columns": {"id": "BIGINT", "label": "VARCHAR(40)", "price": "DECIMAL(9,2)", "updated": "TIMESTAMP"},
+                "track_history_except": ["updated"] if index % 2 else [],
+            }
+        )
+    conf = {
+        "pipeline": {
+            "name": "every_format",
+            "storage": str(tmp_path / "storage"),
+            "transformations": str(REPO / "transformations"),
+            "expectations": str(REPO / "expectations"),
+        },
+        "sources": sources,
+        "tables": tables,
+    }
+    path = tmp_path / "every_format.yml"
+    path.write_text(yaml.safe_dump(conf, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def _conf_path(which: str, tmp_path: Path) -> Path:
+    return every_format_conf(tmp_path) if which == "every-format" else REPO / "conf" / which
+
+
+# --- the same graph ----------------------------------------------------------------------------
+@pytest.mark.parametrize("which", ["every-format", "databricks.yml", "local.yml"])
+def test_databricks_declares_the_local_graph(spark, standin, which, tmp_path, monkeypatch):
+    flavor, recorder = standin
+    path = _conf_path(which, tmp_path)
+    expected = local_graph(load_graph(load_conf(path)), flavor)
+
+    run_as_databricks(spark, path, monkeypatch)
+    recorded = recorded_graph(recorder, flavor)
+
+    assert sorted(recorded[0]) == sorted(expected[0])
+    assert sorted(recorded[1]) == sorted(expected[1])
+    for name in expected[0]:
+        assert recorded[0][name] == expected[0][name], name
+    for name in expected[1]:
+        assert recorded[1][name] == expected[1][name], name
+    conf = load_conf(path)
+    if which != "local.yml":  # local.yml lists no columns (discovered locally), so it has no gold
+        gold = [f for f in expected[1].values() if f["type"] == "auto_cdc"]
+        assert len(gold) == 2 * len(conf.tables), "an SCD1 and an SCD2 flow per table"
+        assert {f["stored_as_scd_type"] for f in gold} == {1, 2}
+        assert all(f["ignore_null_updates"] for f in gold)  # present_columns_column compiled
+    if which == "every-format":
+        formats = {d["table_properties"].get("format") for d in expected[0].values()}
+        assert set(format_names()) <= formats
+    # every quarantine rule has its quarantine table on Databricks, as locally
+    quarantined = [
+        n for n, d in expected[0].items() if any(a is Action.QUARANTINE for _, a in d["expectations"].values())
+    ]
+    assert quarantined and all(f"{n}_quarantine" in recorder.datasets for n in quarantined)
+
+
+def test_silver_quarantine_pattern_calls(spark, standin, tmp_path, monkeypatch):
+    """The exact calls for one silver table: twin, valid table, quarantine table."""
+    flavor, recorder = standin
+    run_as_databricks(spark, REPO / "conf" / "databricks.yml", monkeypatch)
+    twin, silver, quarantine = (
+        recorder.datasets[n] for n in ("silver_shop__checked", "silver_shop", "silver_shop_quarantine")
+    )
+    assert (twin.api, silver.api, quarantine.api) == ("table", "table", "table")
+    assert twin.options["private" if flavor == "pyspark.pipelines" else "temporary"] is True
+    assert silver.options.get("private", False) is False and silver.options.get("temporary", False) is False
+    rules = load_rules(REPO / "expectations", "silver", "debezium-json", EVENT_SCHEMA)
+    on_twin = {e.name for e in rules if e.action in (Action.QUARANTINE, Action.FAIL)}
+    on_table = {e.name for e in rules if e.action in (Action.WARN, Action.DROP)}
+    assert {name for _, name, _ in twin.expectations} == on_twin and on_table
+    assert {name for _, name, _ in silver.expectations} == on_table
+    assert ("expect", "message_parsed", "COALESCE((error IS NULL), FALSE)") in twin.expectations
+    assert silver.options["schema"] is not None and twin.options["schema"] is None
+
+
+def test_quarantine_pattern_splits_rows(spark, monkeypatch):
+    """Running the recorded query functions: the twin flags, the valid and quarantine sets split."""
+    recorder = Recorder()
+    monkeypatch.setitem(sys.modules, "pyspark.pipelines", pipelines_standin(recorder))
+    monkeypatch.setattr(databricks, "_registries", {})
+    raw = spark.createDataFrame([(1, 5), (2, -1), (None, 3), (4, None)], "id INT, amount INT")
+
+    @dp.materialized_view(name="orders_clean", comment="clean orders")
+    @dp.expect_or_quarantine("id_present", "id IS NOT NULL")
+    @dp.expect_or_quarantine("amount_known", "amount > -100")  # NULL amount -> NULL -> failed
+    @dp.expect_or_drop("positive", "amount > 0")
+    @dp.expect("small", "amount < 100")
+    def orders():
+        return dp.read("orders_raw")
+
+    twin = recorder.datasets["orders_clean__checked"]
+    assert twin.api == "materialized_view" and twin.options["private"] is True
+    assert [(k, n) for k, n, _ in twin.expectations] == [("expect", "id_present"), ("expect", "amount_known")]
+    assert [(k, n) for k, n, _ in recorder.datasets["orders_clean"].expectations] == [
+        ("expect_or_drop", "positive"),
+        ("expect", "small"),
+    ]
+
+    class Tables:
+        def __init__(self) -> None:
+            self.tables = {"orders_raw": raw}
+
+        def read(self, name):
+            return self.tables[name]
+
+        read_stream = read
+
+    tables = Tables()
+    with reading_with(tables):
+        tables.tables["orders_clean__checked"] = recorder.datasets["orders_clean__checked"].query()
+        valid = recorder.datasets["orders_clean"].query()
+        quarantine = recorder.datasets["orders_clean_quarantine"].query()
+    assert valid.columns == ["id", "amount"]
+    assert sorted(r["id"] for r in valid.collect()) == [1, 2]  # `positive` is dropped natively
+    rows = {r["id"]: r["failed_expectations"] for r in quarantine.collect()}
+    assert rows == {None: ["id_present"], 4: ["amount_known", "positive", "small"]}
+
+
+def test_quarantine_on_a_table_fed_by_append_flows(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setitem(sys.modules, "pyspark.pipelines", pipelines_standin(recorder))
+    monkeypatch.setattr(databricks, "_registries", {})
+    dp.create_streaming_table("events", comment="all events", expect_all_or_quarantine={"k": "k IS NOT NULL"})
+
+    @dp.append_flow(target="events", name="events_from_a")
+    def from_a():
+        return None
+
+    twin = recorder.datasets["events__checked"]
+    assert twin.api == "create_streaming_table" and twin.options["private"] is True
+    assert twin.expectations == [("expect", "k", "COALESCE((k IS NOT NULL), FALSE)")]
+    assert recorder.flows["events_from_a"].options["target"] == "events__checked"
+    assert inspect.unwrap(recorder.flows["events_from_a"].query) is from_a
+    assert recorder.datasets["events"].api == "table" and "events_quarantine" in recorder.datasets
+    with pytest.raises(GraphError, match="quarantine expectations"):
+        dp.create_auto_cdc_flow(target="events", source="x", keys=["k"], sequence_by="s")
+
+
+def test_auto_cdc_arguments_on_both_apis(spark, standin):
+    from pyspark.sql import functions as F
+
+    flavor, recorder = standin
+    sequence, deletes = F.struct("__ts", "__seq"), F.expr("__op = 'DELETE'")  # Columns work as well as SQL text
+    dp.create_streaming_table("gold_t")
+    dp.create_auto_cdc_flow(
+        target="gold_t",
+        source="changes_t",
+        keys=["id"],
+        sequence_by=sequence,
+        apply_as_deletes=deletes,
+        apply_as_truncates="__op = 'TRUNCATE'",
+        except_column_list=["__op", "__seq"],
+        stored_as_scd_type=2,
+        track_history_except_column_list=["ts"],
+        name="gold_t_flow",
+        present_columns_column="__present",
+    )
+    flow = recorder.flows["gold_t_flow"]
+    assert flow.api == ("create_auto_cdc_flow" if flavor == "pyspark.pipelines" else "apply_changes")
+    assert flow.options["ignore_null_updates"] is True
+    assert flow.options["stored_as_scd_type"] == 2 and flow.options["keys"] == ["id"]
+    assert flow.options["track_history_except_column_list"] == ["ts"]
+    assert flow.options["sequence_by"] is sequence and flow.options["apply_as_deletes"] is deletes
+
+
+def test_what_databricks_cannot_take_is_an_error(standin):
+    flavor, _ = standin
+
+    def expectation_above():
+        @dp.expect("late", "x > 0")
+        @dp.table(name="t")
+        def t():
+            return None
+
+    with pytest.raises(GraphError, match="below @table"):
+        expectation_above()
+    if flavor == "pyspark.pipelines":  # Databricks' temporary_view takes no spark_conf
+        with pytest.raises(GraphError, match="spark_conf"):
+            dp.temporary_view(name="v", spark_conf={"a": "b"})(lambda: None)
+
+
+def test_importable_pipelines_module_is_not_databricks(monkeypatch):
+    """pyspark 4.2 ships Apache Spark's pyspark.pipelines: importable, but not the Databricks API."""
+    import pyspark.pipelines as oss
+
+    assert not databricks.is_databricks_api(oss)
+    dlthub = types.ModuleType("dlt")  # dltHub's `dlt` on PyPI: a different API altogether
+    dlthub.pipeline = dlthub.source = dlthub.resource = lambda *a, **k: None
+    monkeypatch.setitem(sys.modules, "dlt", dlthub)
+    assert databricks.find_pipelines_module() is None
+    with pytest.raises(GraphError, match="no active pipeline registry"):
+        dp.create_streaming_table("x")
+    stub = pipelines_standin(Recorder())
+    monkeypatch.setitem(sys.modules, "pyspark.pipelines", stub)
+    assert databricks.find_pipelines_module() is stub
+
+
+# --- Kafka bronze --------------------------------------------------------------------------------
+def _source(kafka: dict, topic: str | None = None) -> SourceConf:
+    return SourceConf(name="shop", format="debezium-json", topic=topic, kafka=kafka)
+
+
+CONF = {
+    "cdc_medallion.kafka.bootstrap_servers": "b1:9096,b2:9096",
+    "cdc_medallion.secret_scope": "kafka-prod",
+    "cdc_medallion.kafka.topics.shop": "shop\\.public\\..*",
+}
+SECRETS = {("kafka-prod", "kafka-username"): "svc-cdc", ("kafka-prod", "kafka-password"): 'p"w\\d', ("tls", "ts"): "t"}
+
+
+def _options(kafka: dict, shaded: bool = True, topic: str | None = None) -> dict[str, str]:
+    return kafka_options(_source(kafka, topic), CONF.get, lambda s, k: SECRETS[(s, k)], shaded=shaded)
+
+
+def test_kafka_options_resolve_references():
+    options = _options(
+        {
+            "bootstrap_servers": "{{conf:cdc_medallion.kafka.bootstrap_servers}}",
+            "subscribe_pattern": "{{conf:cdc_medallion.kafka.topics.shop}}",
+            "starting_offsets": "latest",
+            "max_offsets_per_trigger": 5000,
+            "fail_on_data_loss": False,
+            "security_protocol": "SASL_SSL",
+            "secret_scope": "{{conf:cdc_medallion.secret_scope}}",
+            "sasl": {
+                "mechanism": "SCRAM-SHA-512",
+                "username": {"secret": "kafka-username"},
+                "password": {"secret": "kafka-password"},
+            },
+            "options": {"kafka.ssl.truststore.password": "{{secrets/tls/ts}}"},
+        }
+    )
+    assert options == {
+        "kafka.bootstrap.servers": "b1:9096,b2:9096",
+        "subscribePattern": "shop\\.public\\..*",
+        "startingOffsets": "latest",
+        "includeHeaders": "true",
+        "maxOffsetsPerTrigger": "5000",
+        "failOnDataLoss": "false",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": "kafkashaded.org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="svc-cdc" password="p\\"w\\\\d";',
+        "kafka.ssl.truststore.password": "t",
+    }
+
+
+def test_kafka_options_plain_unshaded_msk_iam_and_topic_default():
+    plain = _options(
+        {
+            "bootstrap_servers": "b:9092",
+            "sasl": {"mechanism": "PLAIN", "username": "u", "password": "{{secrets/tls/ts}}"},
+        },
+        shaded=False,
+        topic="shop.events",
+    )
+    assert plain["subscribe"] == "shop.events"
+    assert plain["kafka.sasl.jaas.config"] == (
+        'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="t";'
+    )
+    iam = _options({"bootstrap_servers": "b:9098", "subscribe": "t", "sasl": {"mechanism": "AWS_MSK_IAM"}})
+    assert iam["kafka.sasl.jaas.config"].startswith("shadedmskiam.software.amazon.msk.auth.iam.IAMLoginModule")
+    assert "kafka.sasl.client.callback.handler.class" in iam
+
+
+@pytest.mark.parametrize(
+    ("kafka", "message"),
+    [
+        (
+            {
+                "bootstrap_servers": "b",
+                "subscribe": "t",
+                "sasl": {"mechanism": "PLAIN", "username": "u", "password": "hunter2"},
+            },
+            "sasl.password",
+        ),
+        (
+            {"bootstrap_servers": "b", "subscribe": "t", "options": {"kafka.ssl.key.password": "hunter2"}},
+            "holds a secret",
+        ),
+        (
+            {
+                "bootstrap_servers": "b",
+                "subscribe": "t",
+                "options": {"kafka.sasl.jaas.config": 'x password="hunter2";'},
+            },
+            "literal password",
+        ),
+        ({"bootstrap_servers": "b", "subscribe": "t", "topics": "x"}, "unknown key"),
+        ({"bootstrap_servers": "b", "subscribe": "t", "subscribe_pattern": "x"}, "not several"),
+        ({"subscribe": "t"}, "bootstrap_servers"),
+        ({"bootstrap_servers": "b"}, "kafka.subscribe"),
+        ({"bootstrap_servers": "b", "subscribe": "t", "security_protocol": "SASL"}, "security_protocol"),
+        ({"bootstrap_servers": "b", "subscribe": "t", "sasl": {"mechanism": "GSSAPI"}}, "sasl.mechanism"),
+        ({"bootstrap_servers": "b", "subscribe": "t", "options": {"includeHeaders": "false"}}, "set by cdc-medallion"),
+        ({}, "no 'kafka' settings"),
+    ],
+)
+def test_kafka_settings_are_checked(kafka, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_kafka(_source(kafka))
+
+
+def test_unset_pipeline_configuration_is_named():
+    with pytest.raises(ConfigError, match=r"cdc_medallion\.kafka\.missing.*pipeline configuration"):
+        _options({"bootstrap_servers": "{{conf:cdc_medallion.kafka.missing}}", "subscribe": "t"})
+
+
+def test_kafka_rows_land_as_the_local_kafka_dump_lands_them(spark, tmp_path):
+    """The Kafka source's columns become exactly BRONZE_SCHEMA, the same row a kafka-dump file gives."""
+    from cdc_medallion.config import InputConf
+    from cdc_medallion.sources.files import FileLanding
+
+    key, value = b'{"id":1}', b'{"op":"c","after":{"id":1}}'
+    kafka_row = (key, value, "shop.public.customers", 2, 41, 1_700_000_000_123, 0, [("trace", b"abc")])
+    kafka = (
+        spark.createDataFrame(
+            [kafka_row],
+            "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp BIGINT, "
+            "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>",
+        )
+        .selectExpr("*", "timestamp_millis(timestamp) AS ts")
+        .drop("timestamp")
+        .withColumnRenamed("ts", "timestamp")
+    )
+    bronze = to_bronze(kafka, "shop")
+    assert bronze.schema == BRONZE_SCHEMA
+
+    dump = tmp_path / "dump.jsonl"
+    line = {
+        "topic": "shop.public.customers",
+        "partition": 2,
+        "offset": 41,
+        "timestamp": 1_700_000_000_123,
+        "key_base64": base64.b64encode(key).decode(),
+        "value": value.decode(),
+        "headers": {"trace": "abc"},
+    }
+    dump.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    source = SourceConf(name="shop", format="debezium-json", input=InputConf(path=dump, layout="kafka-dump"))
+    landed = spark.createDataFrame(FileLanding(source, 10).next_batch(lambda _: None).to_arrow(), schema=BRONZE_SCHEMA)
+    kafka_columns = [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "headers",
+        "_source",
+        "_landing_error",
+    ]
+    assert bronze.select(kafka_columns).collect() == landed.select(kafka_columns).collect()
+    assert bronze.first()["_file"] is None and bronze.first()["_ingest_ts"] is not None
+
+
+def test_databricks_conf_sources_read_kafka():
+    conf = load_conf(REPO / "conf" / "databricks.yml")
+    assert conf.sources and all(s.input is None for s in conf.sources)
+    for source in conf.sources:
+        settings = parse_kafka(source)
+        assert settings.sasl_password is not None
