@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from cdc_medallion.errors import ConfigError
-from cdc_medallion.identifiers import check_identifier, dataset_name, is_safe_identifier
+from cdc_medallion.identifiers import check_identifier, dataset_name, dataset_part, is_safe_identifier
 from cdc_medallion.sqltypes import spark_type
 
 INPUT_LAYOUTS = ("json-lines", "kafka-dump", "files")
@@ -58,7 +58,7 @@ class TableConf:
     @property
     def gold_name(self) -> str:
         base = self.name or self.table.split(".")[-1]
-        return dataset_name("gold", base)
+        return dataset_name("gold", dataset_part(base))
 
     def matches(self, schema: str | None, table: str | None) -> bool:
         """`table` in conf may be `name` or `schema.name`; matching is case-insensitive."""

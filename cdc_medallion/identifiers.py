@@ -11,29 +11,37 @@ import re
 
 from cdc_medallion.errors import IdentifierError
 
-# Letters (any script), digits, underscore and `$` (Oracle/Db2 names use it); must not start with a digit.
-_IDENTIFIER = re.compile(r"^[^\W\d][\w$]{0,254}$", re.UNICODE)
-_DATASET = re.compile(r"^[a-z_][a-z0-9_]{0,254}$")
+# Letters (any script), digits, underscore, `$` (Oracle/Db2 names use it) and `#` (MySQL allows it;
+# Alibaba DataWorks names its row-id column `#alibaba_rds_row_id#`); must not start with a digit.
+# Never quotes, backticks, dots, slashes, spaces or semicolons: names are always backtick-quoted in SQL.
+_IDENTIFIER = re.compile(r"(?:[^\W\d]|#)[\w$#]{0,254}", re.UNICODE)
+_DATASET = re.compile(r"[a-z_][a-z0-9_]{0,254}")
+_NOT_DATASET_CHARACTER = re.compile(r"[^a-z0-9_]")
 
 
 def is_safe_identifier(name: object) -> bool:
     """True for a name safe as a column or table name (no dots, slashes, quotes, spaces)."""
-    return isinstance(name, str) and bool(_IDENTIFIER.match(name))
+    return isinstance(name, str) and bool(_IDENTIFIER.fullmatch(name))
 
 
 def check_identifier(name: object, what: str = "identifier") -> str:
     """Return `name` if it is a safe identifier, else raise naming what it was for."""
     if not is_safe_identifier(name):
-        raise IdentifierError(f"unsafe {what} {name!r}: use letters, digits, '_' or '$', not starting with a digit")
+        raise IdentifierError(f"unsafe {what} {name!r}: use letters, digits, _ $ or #, not starting with a digit")
     return name  # type: ignore[return-value]
 
 
 def dataset_name(*parts: str) -> str:
     """Build a dataset name (also a directory name) from safe parts, lower-cased."""
     name = "_".join(p for p in parts if p).lower()
-    if not _DATASET.match(name):
+    if not _DATASET.fullmatch(name):
         raise IdentifierError(f"unsafe dataset name {name!r}: use a-z, 0-9 and '_'")
     return name
+
+
+def dataset_part(name: str) -> str:
+    """A source name as a dataset-name part: `Käse$Tab#1` -> `k_se_tab_1` (validated names only)."""
+    return _NOT_DATASET_CHARACTER.sub("_", check_identifier(name, "name").lower()).strip("_") or "_"
 
 
 def quote(name: str) -> str:

@@ -69,3 +69,12 @@ def test_delta_spark_backend(spark):
         pytest.skip(reason)
     spark.range(3).write.format("delta").save("/tmp/cdc-medallion-delta-spark-probe")
     assert spark.read.format("delta").load("/tmp/cdc-medallion-delta-spark-probe").count() == 3
+
+
+def test_identifier_edges():
+    from cdc_medallion.config import TableConf
+    from cdc_medallion.identifiers import is_safe_identifier
+
+    assert not is_safe_identifier("a\n") and not is_safe_identifier("a.b") and not is_safe_identifier("a`b")
+    assert is_safe_identifier("#alibaba_rds_row_id#") and is_safe_identifier("T$1") and is_safe_identifier("Käse")
+    assert TableConf(source="s", table="Käse$Tab#1", keys=("id",)).gold_name == "gold_k_se_tab_1"

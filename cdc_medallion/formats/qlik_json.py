@@ -1,0 +1,651 @@
+"""Qlik Replicate JSON (`qlik-json`): data messages, and the metadata messages their masks refer to.
+
+Messages come wrapped (`{"magic": "atMSG", "type": "DT" | "MD", "message": {...}}`) or bare (a
+data message's `data` / `beforeData` / `headers` at top level). A metadata message (MD) gives a
+table's lineage (schema, table, version) and columns (ordinal, type, primary-key position); it
+becomes a `schema_change` event whose `detail` keeps all of it, so later runs rebuild the
+catalog from earlier events (`context_kinds`). A wrapped data message finds its metadata by
+`messageSchemaId` (and is held until it arrives when it is not known yet); a bare one by its
+table, named by the topic (`schema.table` or `table`) or the `table` option. Without metadata
+the columns are those of the data, in message order, and types are inferred; keys then come
+from conf (or, for a DELETE, from its changeMask, which names exactly the key columns).
+
+Ops: REFRESH (full load) -> SNAPSHOT, INSERT, UPDATE, DELETE. `changeMask` / `columnMask` are
+decoded into `changed_columns` / `present_columns` (see masks.py); a column whose columnMask bit
+is clear and whose value is null was not replicated: it is absent from the image, so gold keeps
+its previous value. Mask problems are facts in `flags`, counted by expectations/silver.qlik-json.yml.
+`changeSequence` orders changes; an `externalSchemaId` change is a schema change.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from cdc_medallion.errors import ConfigError
+from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
+from cdc_medallion.formats.masks import Mask, MaskError, decode_mask
+from cdc_medallion.formats.message import BronzeMessage, Event
+from cdc_medallion.formats.values import dumps, inferred_type, loads, text_of
+from cdc_medallion.identifiers import is_safe_identifier
+from cdc_medallion.model import (
+    KIND_CHANGE,
+    KIND_SCHEMA_CHANGE,
+    OP_DELETE,
+    OP_INSERT,
+    OP_SNAPSHOT,
+    OP_UPDATE,
+)
+
+OPS = {"REFRESH": OP_SNAPSHOT, "INSERT": OP_INSERT, "UPDATE": OP_UPDATE, "DELETE": OP_DELETE}
+SEQUENCE_WIDTH = 35  # YYYYMMDDHHmmSShh + a 19-digit change number
+METADATA_DETAIL = "qlik-metadata"
+EXTERNAL_ID_DETAIL = "qlik-external-schema-id"
+
+# Qlik Replicate data types -> Spark SQL types (NUMERIC uses the column's precision and scale).
+QLIK_TYPES = {
+    "BOOLEAN": "boolean",
+    "BYTES": "binary",
+    "BLOB": "binary",
+    "DATE": "date",
+    "TIME": "string",
+    "DATETIME": "timestamp",
+    "TIMESTAMP": "timestamp",
+    "INT1": "tinyint",
+    "INT2": "smallint",
+    "INT4": "int",
+    "INT8": "bigint",
+    "UINT1": "smallint",
+    "UINT2": "int",
+    "UINT4": "bigint",
+    "UINT8": "decimal(20,0)",
+    "REAL4": "float",
+    "REAL8": "double",
+    "STRING": "string",
+    "WSTRING": "string",
+    "CLOB": "string",
+    "NCLOB": "string",
+}
+LOB_TYPES = frozenset({"BLOB", "CLOB", "NCLOB"})  # not in changeMask (Qlik's note)
+BINARY_TYPES = frozenset({"BYTES", "BLOB"})  # JSON carries them as hex digits
+
+
+# --- metadata ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QlikColumn:
+    name: str
+    ordinal: int
+    type: str
+    precision: int = 0
+    scale: int = 0
+    key_position: int = 0
+
+    @property
+    def spark_type(self) -> str:
+        if self.type == "NUMERIC":
+            if 0 < self.precision <= 38:
+                return f"decimal({self.precision},{max(0, min(self.scale, self.precision))})"
+            return "string"  # unknown or too wide for Spark: keep the exact text
+        return QLIK_TYPES.get(self.type, "string")
+
+    @property
+    def source_type(self) -> str:
+        return f"NUMERIC({self.precision},{self.scale})" if self.type == "NUMERIC" else self.type
+
+    @property
+    def is_lob(self) -> bool:
+        return self.type in LOB_TYPES
+
+
+@dataclass(frozen=True)
+class TableMeta:
+    """One version of one table's structure, from a metadata message."""
+
+    schema_id: str | None
+    schema: str | None
+    table: str
+    version: int | None
+    columns: tuple[QlikColumn, ...]  # by ordinal
+    raw: Mapping[str, Any] = field(compare=False, repr=False, default_factory=dict)
+
+    @property
+    def by_name(self) -> dict[str, QlikColumn]:
+        return {c.name: c for c in self.columns}
+
+    @property
+    def ordinals(self) -> dict[int, str]:
+        return {c.ordinal: c.name for c in self.columns}
+
+    @property
+    def key(self) -> list[str]:
+        return [c.name for c in sorted(self.columns, key=lambda c: c.key_position) if c.key_position > 0]
+
+
+def _int_field(raw: Mapping[str, Any], name: str, where: str, default: int | None = 0) -> int:
+    value = raw.get(name, default)
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParseError(f"{where}.{name}", f"expected an integer, got {value!r}")
+    return value
+
+
+def parse_metadata(body: Mapping[str, Any], where: str = "message", schema_id: str | None = None) -> TableMeta:
+    """A metadata message body (`schemaId`, `lineage`, `tableStructure.tableColumns`).
+
+    `schema_id` is the envelope's messageSchemaId, used when the body names none.
+    """
+    lineage = body.get("lineage")
+    if not isinstance(lineage, dict):
+        raise ParseError(f"{where}.lineage", "missing: a metadata message names its table in `lineage`")
+    table = lineage.get("table")
+    if not isinstance(table, str) or not table:
+        raise ParseError(f"{where}.lineage.table", f"expected a table name, got {table!r}")
+    structure = body.get("tableStructure")
+    columns_raw = structure.get("tableColumns") if isinstance(structure, dict) else None
+    if not isinstance(columns_raw, dict) or not columns_raw:
+        raise ParseError(f"{where}.tableStructure.tableColumns", "missing or empty: expected the table's columns")
+    columns = []
+    for name, spec in columns_raw.items():
+        here = f"{where}.tableStructure.tableColumns.{name}"
+        if not is_safe_identifier(name):
+            raise ParseError(here, f"unsafe column name {name!r}")
+        if not isinstance(spec, dict):
+            raise ParseError(here, f"expected a JSON object, got {type(spec).__name__}")
+        ordinal = _int_field(spec, "ordinal", here, default=None)
+        if ordinal < 1:
+            raise ParseError(f"{here}.ordinal", f"ordinals start at 1, got {ordinal}")
+        kind = spec.get("type")
+        if not isinstance(kind, str) or not kind:
+            raise ParseError(f"{here}.type", f"expected a type name, got {kind!r}")
+        columns.append(
+            QlikColumn(
+                name=name,
+                ordinal=ordinal,
+                type=kind.upper(),
+                precision=_int_field(spec, "precision", here),
+                scale=_int_field(spec, "scale", here),
+                key_position=_int_field(spec, "primaryKeyPosition", here),
+            )
+        )
+    ordinals = [c.ordinal for c in columns]
+    if len(set(ordinals)) != len(ordinals):
+        raise ParseError(f"{where}.tableStructure.tableColumns", f"duplicate ordinals {sorted(ordinals)}")
+    version = lineage.get("tableVersion")
+    schema_id = _text(body.get("schemaId")) or schema_id
+    return TableMeta(
+        schema_id=schema_id,
+        schema=_text(lineage.get("schema")),
+        table=table,
+        version=version if isinstance(version, int) and not isinstance(version, bool) else None,
+        columns=tuple(sorted(columns, key=lambda c: c.ordinal)),
+        raw={"schemaId": schema_id, "lineage": lineage, "tableStructure": {"tableColumns": columns_raw}},
+    )
+
+
+class Catalog:
+    """Metadata known so far: by schema id (exact) and the latest version per table."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, TableMeta] = {}
+        self.latest: dict[tuple[str, str], tuple[tuple[int, int], TableMeta]] = {}
+        self.latest_by_name: dict[str, tuple[tuple[int, int], TableMeta]] = {}
+        self.external_ids: dict[tuple[str, str], str] = {}
+        self._order = 0
+
+    def add(self, meta: TableMeta) -> None:
+        self._order += 1
+        rank = (meta.version if meta.version is not None else -1, self._order)
+        if meta.schema_id:
+            self.by_id[meta.schema_id] = meta
+        for index, key in (
+            (self.latest, _table_key(meta.schema, meta.table)),
+            (self.latest_by_name, meta.table.lower()),
+        ):
+            if key not in index or index[key][0] <= rank:
+                index[key] = (rank, meta)
+
+    def for_table(self, schema: str | None, table: str) -> TableMeta | None:
+        found = self.latest.get(_table_key(schema, table)) if schema else self.latest_by_name.get(table.lower())
+        return found[1] if found else None
+
+    @classmethod
+    def from_context(cls, context: list[Event]) -> Catalog:
+        """Rebuild from earlier runs' schema_change events, in their landing order."""
+        catalog = cls()
+        for event in sorted(context, key=lambda e: e.get("sequence") or ""):
+            if event.get("kind") != KIND_SCHEMA_CHANGE or not event.get("detail"):
+                continue
+            try:
+                detail = loads(event["detail"])
+            except ValueError:
+                continue
+            if not isinstance(detail, dict):
+                continue
+            if detail.get("type") == METADATA_DETAIL:
+                try:
+                    catalog.add(parse_metadata(detail, "context"))
+                except ParseError:
+                    continue
+            elif detail.get("type") == EXTERNAL_ID_DETAIL and event.get("source_table"):
+                key = _table_key(event.get("source_schema"), event["source_table"])
+                catalog.external_ids[key] = str(detail.get("externalSchemaId"))
+        return catalog
+
+
+# --- the format -------------------------------------------------------------------------------
+@dataclass
+class _Parsed:
+    """A message's envelope read in the first pass."""
+
+    kind: str  # "MD" or "DT"
+    body: dict[str, Any]
+    schema_id: str | None
+    meta: TableMeta | None = None  # for MD
+
+
+@register_format
+class QlikJson(Format):
+    name = "qlik-json"
+    stateful: ClassVar[bool] = True
+    context_kinds: ClassVar[tuple[str, ...]] = (KIND_SCHEMA_CHANGE,)
+    options: ClassVar[Mapping[str, tuple[Any, str]]] = {
+        "table": (None, "table of data messages without metadata (bare messages) when there is no topic to name it"),
+        "schema": (None, "schema of such messages"),
+        "wait_for_metadata": (
+            True,
+            "hold a wrapped data message whose messageSchemaId names metadata not seen yet until that metadata "
+            "message arrives (false: parse it at once, without metadata)",
+        ),
+    }
+
+    def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(source_name, options)
+        self.wait_for_metadata = _boolean(self.settings["wait_for_metadata"], source_name, "wait_for_metadata")
+
+    def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
+        return self.parse_messages([message], [])
+
+    def parse_messages(self, messages: list[BronzeMessage], context: list[Event]) -> list[Event]:
+        catalog = Catalog.from_context(context)
+        # Pass 1: envelopes, and the metadata of this batch by schema id (a data message may land
+        # before the metadata it names, e.g. when they come from different topics or files).
+        parsed: list[_Parsed | ParseError] = []
+        batch_ids: dict[str, TableMeta] = {}
+        for message in messages:
+            try:
+                if message.landing_error:
+                    raise ParseError("value", message.landing_error)
+                item = _envelope(message)
+                if item.kind == "MD":
+                    item.meta = parse_metadata(item.body, schema_id=item.schema_id)
+                    if item.meta.schema_id:
+                        batch_ids.setdefault(item.meta.schema_id, item.meta)
+            except ParseError as error:
+                item = error
+            except Exception as error:  # a parser bug must not lose the message either
+                item = ParseError("message", f"parser failed: {type(error).__name__}: {error}")
+            parsed.append(item)
+        # Pass 2: events, in landing order.
+        events: list[Event] = []
+        for message, item in zip(messages, parsed, strict=True):
+            if isinstance(item, ParseError):
+                events.append(self.error_event(message, item.field, item.reason))
+            elif item.kind == "MD":
+                events.extend(self._guarded(message, self._metadata_event, item, catalog))
+            else:
+                events.extend(self._guarded(message, self._data_events, item, catalog, batch_ids))
+        return events
+
+    def _guarded(self, message: BronzeMessage, produce: Callable[..., list[Event]], *args: Any) -> list[Event]:
+        """Events of one message, completed; its errors become a quarantined event."""
+        try:
+            produced = produce(message, *args)
+        except ParseError as error:
+            return [self.error_event(message, error.field, error.reason)]
+        except Exception as error:
+            return [self.error_event(message, "message", f"parser failed: {type(error).__name__}: {error}")]
+        return [event if event.get("bronze_ref") else self.complete(event, message) for event in produced]
+
+    # --- metadata messages ----------------------------------------------------------------
+    def _metadata_event(self, message: BronzeMessage, item: _Parsed, catalog: Catalog) -> list[Event]:
+        meta = item.meta
+        assert meta is not None
+        known = catalog.by_id.get(meta.schema_id) if meta.schema_id else None
+        catalog.add(meta)
+        lineage = meta.raw.get("lineage") or {}
+        return [
+            {
+                "kind": KIND_SCHEMA_CHANGE,
+                "op": "METADATA",
+                "source_schema": meta.schema,
+                "source_table": meta.table,
+                "key_columns": meta.key or None,
+                "column_types": {c.name: c.spark_type for c in meta.columns},
+                "source_types": {c.name: c.source_type for c in meta.columns},
+                "present_columns": [c.name for c in meta.columns],
+                "sequence": message.position,
+                "event_ts": _timestamp(lineage.get("timestamp")),
+                "detail": dumps({"type": METADATA_DETAIL, **meta.raw}),
+                "flags": ["metadata_repeated"] if known is not None and known.columns == meta.columns else None,
+            }
+        ]
+
+    # --- data messages --------------------------------------------------------------------
+    def _data_events(
+        self, message: BronzeMessage, item: _Parsed, catalog: Catalog, batch_ids: Mapping[str, TableMeta]
+    ) -> list[Event]:
+        body = item.body
+        headers = body.get("headers")
+        if not isinstance(headers, dict):
+            raise ParseError(
+                "headers", f"expected the change headers (operation, changeSequence, ...), got {headers!r}"
+            )
+        meta = None
+        if item.schema_id:
+            meta = catalog.by_id.get(item.schema_id) or batch_ids.get(item.schema_id)
+            if meta is None and self.wait_for_metadata:
+                reason = f"waiting for the metadata message of messageSchemaId {item.schema_id}"
+                return [self.held_event(message, reason)]
+        if meta is not None:
+            schema, table = meta.schema, meta.table
+        else:
+            topic_schema, topic_table = _names_from_topic(message.topic)
+            table = topic_table or self.settings["table"]
+            schema = topic_schema if topic_table else self.settings["schema"]
+            if not table:
+                raise ParseError(
+                    "message",
+                    "cannot name the table: no metadata message for it, no topic, and no `table` option",
+                )
+            if not item.schema_id:
+                meta = catalog.for_table(schema, table)
+                if meta is not None:
+                    schema = meta.schema or schema
+        change = self._change(message, headers, body, meta, schema, table)  # raises before any state changes
+        events: list[Event] = []
+        external = headers.get("externalSchemaId")
+        if external not in (None, ""):
+            key = _table_key(schema, table)
+            previous = catalog.external_ids.get(key)
+            if previous != str(external):
+                catalog.external_ids[key] = str(external)
+                events.append(
+                    {
+                        "kind": KIND_SCHEMA_CHANGE,
+                        "op": "EXTERNAL_SCHEMA_ID",
+                        "source_schema": schema,
+                        "source_table": table,
+                        "sequence": _sequence(headers, None, message),
+                        "event_ts": _timestamp(headers.get("timestamp")),
+                        "detail": dumps(
+                            {"type": EXTERNAL_ID_DETAIL, "externalSchemaId": str(external), "previous": previous}
+                        ),
+                    }
+                )
+        events.append(change)
+        return events
+
+    def _change(
+        self,
+        message: BronzeMessage,
+        headers: Mapping[str, Any],
+        body: Mapping[str, Any],
+        meta: TableMeta | None,
+        schema: str | None,
+        table: str,
+    ) -> Event:
+        operation = headers.get("operation")
+        if operation not in OPS:
+            raise ParseError("headers.operation", f"unknown operation {operation!r} (expected {', '.join(OPS)})")
+        op = OPS[operation]
+        data, before_data = body.get("data"), body.get("beforeData")
+        for name, image in (("data", data), ("beforeData", before_data)):
+            if image is not None and not isinstance(image, dict):
+                raise ParseError(name, f"expected a JSON object or null, got {type(image).__name__}")
+        if op != OP_DELETE and data is None:
+            raise ParseError("data", f"{operation} without `data`")
+        if op == OP_DELETE:
+            if before_data is None and data is None:
+                raise ParseError("beforeData", "DELETE without the deleted row (neither `beforeData` nor `data`)")
+            before_data, data = (before_data if before_data is not None else data), None
+        flags: dict[str, None] = {}
+        problems: list[str] = []
+        if meta is None:
+            flags["metadata_missing"] = None
+            names = list(dict.fromkeys([*(data or {}), *(before_data or {})]))
+            ordinals = {i + 1: n for i, n in enumerate(names)}
+        else:
+            ordinals = meta.ordinals
+        count = max(ordinals, default=0)
+        change_mask = _mask(headers, "changeMask", count, flags, problems)
+        column_mask = _mask(headers, "columnMask", count, flags, problems)
+        present = None if column_mask is None else {ordinals[o] for o in column_mask.ordinals if o in ordinals}
+        after = self._image(data, meta, present, flags, problems, "data")
+        before = self._image(before_data, meta, present, flags, problems, "beforeData")
+        changed = None if change_mask is None else [ordinals[o] for o in change_mask.ordinals if o in ordinals]
+        key = meta.key if meta is not None else []
+        lobs = {c.name for c in meta.columns if c.is_lob} if meta is not None else set()
+        if change_mask is not None and changed is not None:
+            masked = set(changed)
+            if op in (OP_INSERT, OP_SNAPSHOT) and meta is not None:
+                missing = [c.name for c in meta.columns if not c.is_lob and c.name not in masked]
+                if missing:
+                    flags["insert_mask_incomplete"] = None
+                    problems.append(f"changeMask of {operation} lacks columns {missing}")
+            elif op == OP_DELETE and key:
+                if masked != set(key):
+                    flags["delete_mask_not_key"] = None
+                    problems.append(f"changeMask of DELETE has {sorted(masked)}, the key is {key}")
+            elif op == OP_DELETE and changed:
+                key = changed  # "only primary-key (or unique index) columns have the associated bits set"
+                flags["key_from_delete_mask"] = None
+            elif op == OP_UPDATE and after is not None and before is not None:
+                common = (set(after) & set(before)) - lobs
+                differ = {c for c in common if after[c] != before[c]}
+                if differ != (masked & common):
+                    flags["change_mask_disagrees_with_images"] = None
+                    problems.append(
+                        f"changeMask of UPDATE names {sorted(masked & common)}, "
+                        f"data and beforeData differ in {sorted(differ)}"
+                    )
+        types, source_types = _types(meta, data, before_data)
+        tx_id = headers.get("transactionId")
+        counter = headers.get("transactionEventCounter")
+        last = headers.get("transactionLastEvent")
+        return {
+            "kind": KIND_CHANGE,
+            "source_schema": schema,
+            "source_table": table,
+            "op": op,
+            "key_columns": key or None,
+            "before": before,
+            "after": after,
+            "changed_columns": changed,
+            "present_columns": sorted(present, key=_order_of(ordinals)) if present is not None else None,
+            "column_types": types or None,
+            "source_types": source_types or None,
+            "sequence": _sequence(headers, op, message),
+            "tx_id": None if tx_id in (None, "") else str(tx_id),
+            "tx_seq": counter if isinstance(counter, int) and not isinstance(counter, bool) else None,
+            "tx_last": last if isinstance(last, bool) else None,
+            "event_ts": _timestamp(headers.get("timestamp")),
+            "flags": list(flags) or None,
+            "detail": dumps({"mask_problems": problems}) if problems else None,
+        }
+
+    def _image(
+        self,
+        row: Mapping[str, Any] | None,
+        meta: TableMeta | None,
+        present: set[str] | None,
+        flags: dict[str, None],
+        problems: list[str],
+        where: str,
+    ) -> dict[str, str | None] | None:
+        """A row image: columns not replicated (columnMask bit clear, value null) are left out."""
+        if row is None:
+            return None
+        columns = meta.by_name if meta is not None else {}
+        ordered = sorted(row, key=lambda n: columns[n].ordinal if n in columns else 1 << 30)
+        image: dict[str, str | None] = {}
+        for name in ordered:
+            value = row[name]
+            if meta is not None and name not in columns:
+                flags["column_not_in_metadata"] = None
+            if present is not None and name not in present:
+                if value is None:
+                    continue  # not replicated: absent, not NULL
+                flags["column_mask_misses_value"] = None
+                problems.append(f"columnMask lacks {name}, which has a value in {where}")
+            column = columns.get(name)
+            image[name] = _value(value, column, f"{where}.{name}")
+        return image
+
+
+# --- helpers ----------------------------------------------------------------------------------
+def _envelope(message: BronzeMessage) -> _Parsed:
+    if message.value is None or message.value.strip() == b"":
+        raise ParseError("value", "empty message: a Qlik message is a JSON object")
+    try:
+        document = loads(message.value)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ParseError("value", f"not valid JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise ParseError("value", f"expected a JSON object, got {type(document).__name__}")
+    if "magic" in document or ("type" in document and "message" in document):
+        if document.get("magic") != "atMSG":
+            raise ParseError("magic", f"expected 'atMSG', got {document.get('magic')!r}")
+        body = document.get("message")
+        if not isinstance(body, dict):
+            raise ParseError("message", f"expected a JSON object, got {type(body).__name__}")
+        kind = document.get("type")
+        schema_id = _text(document.get("messageSchemaId"))
+        if kind == "MD":
+            return _Parsed("MD", body, _text(body.get("schemaId")) or schema_id)
+        if kind == "DT":
+            return _Parsed("DT", body, schema_id)
+        raise ParseError("type", f"unknown message type {kind!r} (expected DT or MD)")
+    if "lineage" in document and "tableStructure" in document:
+        return _Parsed("MD", document, _text(document.get("schemaId")))
+    if {"data", "beforeData", "headers"} & set(document):
+        return _Parsed("DT", document, None)
+    raise ParseError("value", "neither a Qlik data message (data, beforeData, headers) nor a metadata message")
+
+
+def _mask(
+    headers: Mapping[str, Any], name: str, count: int, flags: dict[str, None], problems: list[str]
+) -> Mask | None:
+    text = headers.get(name)
+    if text is None or text == "":
+        return None
+    try:
+        mask = decode_mask(text)
+    except MaskError as error:
+        flags["mask_not_hex"] = None
+        problems.append(f"{name}: {error}")
+        return None
+    if mask.odd_length:
+        flags["mask_odd_length"] = None
+        problems.append(f"{name} {text!r} has an odd number of digits (read as '0{text}')")
+    beyond = mask.beyond(count)
+    if beyond:
+        flags["mask_bit_beyond_columns"] = None
+        problems.append(f"{name} {text!r} sets ordinals {list(beyond)} beyond the {count} column(s)")
+    return mask
+
+
+def _value(value: Any, column: QlikColumn | None, where: str) -> str | None:
+    if value is None or column is None or column.type not in BINARY_TYPES:
+        return text_of(value)
+    if not isinstance(value, str):
+        raise ParseError(where, f"{column.type} value must be hexadecimal text, got {type(value).__name__}")
+    try:
+        return base64.b64encode(bytes.fromhex(value)).decode("ascii")
+    except ValueError:
+        raise ParseError(where, f"{column.type} value {value[:40]!r} is not hexadecimal") from None
+
+
+def _types(
+    meta: TableMeta | None, data: Mapping[str, Any] | None, before_data: Mapping[str, Any] | None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Types from the metadata; columns it lacks (or all, without it) inferred from the JSON values."""
+    types: dict[str, str] = {}
+    source_types: dict[str, str] = {}
+    if meta is not None:
+        for column in meta.columns:
+            types[column.name] = column.spark_type
+            source_types[column.name] = column.source_type
+    for row in (before_data, data):
+        for name, value in (row or {}).items():
+            if name in types:
+                continue
+            inferred = "double" if isinstance(value, float) else inferred_type(value)
+            if inferred is not None:
+                types[name] = inferred
+                source_types[name] = "json"
+    return types, source_types
+
+
+def _sequence(headers: Mapping[str, Any], op: str | None, message: BronzeMessage) -> str:
+    """changeSequence (35 digits, sortable as text) then the landing position as tie-breaker.
+
+    Full-load rows (REFRESH) carry none: they sort before every CDC change.
+    """
+    raw = headers.get("changeSequence")
+    text = "" if raw is None else str(raw).strip()
+    if not text:
+        if op in (OP_INSERT, OP_UPDATE, OP_DELETE):
+            raise ParseError("headers.changeSequence", f"missing on a {op}: the change cannot be ordered")
+        text = "0"
+    if not text.isdigit():
+        raise ParseError("headers.changeSequence", f"expected digits, got {text[:40]!r}")
+    return f"{text.zfill(SEQUENCE_WIDTH)}|{message.position}"
+
+
+def _timestamp(value: Any) -> dt.datetime | None:
+    """Qlik's change timestamp (UTC text like 2018-04-13T20:13:58.289), or epoch milliseconds."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return millis_to_ts(value)
+    if isinstance(value, decimal.Decimal):
+        return millis_to_ts(float(value))
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
+
+
+def _names_from_topic(topic: str | None) -> tuple[str | None, str | None]:
+    """A per-table topic `schema.table` or `table`."""
+    if not topic:
+        return None, None
+    parts = topic.split(".")
+    return (parts[-2] if len(parts) >= 2 else None), parts[-1]
+
+
+def _table_key(schema: str | None, table: str) -> tuple[str, str]:
+    return (schema or "").lower(), table.lower()
+
+
+def _order_of(ordinals: Mapping[int, str]) -> Callable[[str], int]:
+    place = {name: ordinal for ordinal, name in ordinals.items()}
+    return lambda name: place.get(name, 1 << 30)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
+def _boolean(value: Any, source: str, option: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
+        return value.strip().lower() in ("true", "yes", "1")
+    raise ConfigError(f"source {source!r}: option {option!r} must be true or false, got {value!r}")
