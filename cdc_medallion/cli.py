@@ -29,6 +29,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--conf", default=DEFAULT_CONF, help=f"pipeline conf (default {DEFAULT_CONF})")
     run.add_argument("--full-refresh", action="store_true", help="drop every table and rebuild from the inputs")
     run.add_argument("--quiet", action="store_true", help="no progress lines")
+    run.add_argument(
+        "--no-quality",
+        dest="quality",
+        action="store_false",
+        help="skip the accounting and Great Expectations checks run after the update",
+    )
 
     for name, help_text in (("status", "list datasets with layer and row count"), ("show", "print a dataset's rows")):
         sub = commands.add_parser(name, help=help_text)
@@ -39,6 +45,16 @@ def _parser() -> argparse.ArgumentParser:
         where.add_argument("--storage", help="storage root (default: the conf's)")
         where.add_argument("--conf", default=DEFAULT_CONF)
         sub.add_argument("--json", action="store_true", help="machine-readable output")
+
+    report = commands.add_parser("report", help="write the HTML data-quality report (index.html + one page per update)")
+    source = report.add_mutually_exclusive_group()
+    source.add_argument("--conf", help=f"pipeline conf whose storage to report on (default {DEFAULT_CONF})")
+    source.add_argument("--storage", help="storage root of a local pipeline")
+    source.add_argument("--event-log-table", help="a Databricks pipeline event log table (catalog.schema.table)")
+    report.add_argument("--tables-schema", help="with --event-log-table: catalog.schema of the pipeline's tables")
+    report.add_argument("--output", help="folder for the pages (default <storage>/_system/quality/report)")
+    report.add_argument("--max-updates", type=int, default=50, help="updates shown and trended (default 50)")
+    report.add_argument("--open", action="store_true", help="open the report in a browser")
 
     ingest = commands.add_parser("ingest", help="run the whole pipeline ad hoc on files of one format")
     ingest.add_argument("--format", required=True, dest="fmt")
@@ -52,13 +68,27 @@ def _parser() -> argparse.ArgumentParser:
     ingest.add_argument("--batch-size", type=int, default=200_000, help="messages landed per micro-batch")
     ingest.add_argument("--full-refresh", action="store_true")
     ingest.add_argument("--quiet", action="store_true")
+    generate = commands.add_parser("generate", help="write a simulated database history in every format")
+    generate.add_argument("--formats", default="all", help="comma-separated format names, or 'all'")
+    generate.add_argument("--out", required=True)
+    generate.add_argument("--tables", type=int, default=3)
+    generate.add_argument("--transactions", type=int, default=100)
+    generate.add_argument("--seed", type=int, default=1)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"run": _run, "status": _status, "show": _show, "ingest": _ingest}[args.command](args)
+        commands = {
+            "run": _run,
+            "status": _status,
+            "show": _show,
+            "ingest": _ingest,
+            "report": _report,
+            "generate": _generate,
+        }
+        return commands[args.command](args)
     except ExpectationFailed as error:
         print(f"cdc-medallion: {error}", file=sys.stderr)
         return 3
@@ -79,8 +109,43 @@ def _run(args: argparse.Namespace) -> int:
     from cdc_medallion.pipeline import run_pipeline
 
     conf = load_conf(args.conf)
-    summary = run_pipeline(conf, full_refresh=args.full_refresh, progress=_progress(args))
+    summary = run_pipeline(conf, full_refresh=args.full_refresh, progress=_progress(args), quality=args.quality)
     _print_summary(conf.storage, summary)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from cdc_medallion.quality import report
+
+    if args.event_log_table:
+        if not args.output:
+            raise ConfigError("--event-log-table needs --output (where to write the report)")
+        from pyspark.sql import SparkSession
+
+        if os.environ.get("DATABRICKS_RUNTIME_VERSION"):  # a Databricks job: its own session
+            spark = SparkSession.builder.getOrCreate()
+        else:
+            from cdc_medallion.spark import get_spark
+
+            spark = get_spark()
+        index = report.report_for_event_log_table(
+            spark, args.event_log_table, Path(args.output), args.tables_schema, args.max_updates
+        )
+    else:
+        if args.storage:
+            storage = Path(args.storage)
+        else:
+            from cdc_medallion.config import load_conf
+
+            storage = load_conf(args.conf or DEFAULT_CONF).storage
+        if not storage.is_dir():
+            raise ConfigError(f"storage {storage} does not exist: run the pipeline first")
+        index = report.report_for_storage(storage, Path(args.output) if args.output else None, None, args.max_updates)
+    print(f"Report written to {index}")
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(index.resolve().as_uri())
     return 0
 
 
@@ -104,9 +169,38 @@ def _ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate(args: argparse.Namespace) -> int:
+    from cdc_medallion.generator.history import generate_history
+    from cdc_medallion.generator.output import generate
+
+    out = Path(args.out)
+    history = generate_history(tables=args.tables, transactions=args.transactions, seed=args.seed)
+    try:
+        rendered = generate(history, [f.strip() for f in args.formats.split(",")], out)
+    except KeyError as error:
+        raise ConfigError(str(error.args[0])) from None
+    for item in rendered:
+        print(f"{item.format:<22} {item.messages:>8,} messages  {item.path}")
+    print(f"Run them: cdc-medallion run --conf {out / 'conf.yml'}   (ground truth: {out / 'truth.json'})")
+    return 0
+
+
 def _print_summary(storage: Path, summary: Any) -> None:
     seconds = sum(u.seconds for u in summary.updates)
     print(f"Pipeline finished in {seconds:.1f}s. Tables are in {storage}")
+    quality = getattr(summary, "quality", None)
+    if getattr(summary, "quality_error", None):
+        print(f"Quality checks could not run: {summary.quality_error}", file=sys.stderr)
+    if quality is not None:
+        unbalanced = [a.source for a in quality.accounting if not a.balanced]
+        print(
+            f"Quality: {len(quality.checks)} checks, {len(quality.failed)} failed, {len(quality.warnings)} warning(s); "
+            + (f"accounting MISMATCH in {', '.join(unbalanced)}" if unbalanced else "every message accounted for")
+            + ". Report: cdc-medallion report --storage "
+            + str(storage)
+        )
+        if quality.data_docs:
+            print(f"Great Expectations Data Docs: {quality.data_docs}")
     if summary.discovery and summary.discovery.unconfigured:
         print(
             "Unconfigured tables (in silver, no key known so no gold; add them under `tables:` in conf "

@@ -24,6 +24,7 @@ class RunSummary:
     updates: list[UpdateResult] = field(default_factory=list)
     discovery: Discovery | None = None
     quality: Any = None  # cdc_medallion.quality.checks.QualityResult when run with quality=True
+    quality_error: str | None = None
 
 
 def run_pipeline(
@@ -56,9 +57,13 @@ def run_pipeline(
         if quality:
             from cdc_medallion.quality.checks import run_quality_checks
 
-            summary.quality = run_quality_checks(
-                store, conf, after.tables, summary.updates[-1].update_id, great_expectations, say
-            )
+            try:
+                summary.quality = run_quality_checks(
+                    store, conf, after.tables, summary.updates[-1].update_id, great_expectations, say
+                )
+            except Exception as error:  # the update is committed: report, do not fail the run
+                summary.quality_error = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}"
+                say(f"quality checks could not run: {summary.quality_error}")
     return summary
 
 

@@ -1,0 +1,207 @@
+"""Reading a pipeline event log — ours (`_system/event_log`) or a Databricks pipeline's — into
+per-update quality facts the report renders.
+
+Both logs have `event_type`, `timestamp`, `origin{update_id, flow_name, dataset_name}` and
+`details` (JSON text). Per update and dataset, `flow_progress` events are summed (Databricks
+emits several per flow and update): `metrics.num_output_rows`, `data_quality.dropped_records`,
+`data_quality.quarantined_records` (ours) and `data_quality.expectations[]`. On Databricks the
+quarantine pattern reports quarantine rules under `<dataset>__checked` and the quarantined rows
+as the output of `<dataset>_quarantine`; both are folded back into `<dataset>` here.
+
+`quality_check` events are ours: the accounting and the Great Expectations suites run after a
+local update, recorded under that update so the report can trend them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+QUALITY_CHECK = "quality_check"
+EVENT_TYPES = ("create_update", "update_progress", "flow_progress", QUALITY_CHECK)
+CHECKED_SUFFIX = "__checked"
+QUARANTINE_SUFFIX = "_quarantine"
+
+
+@dataclass
+class DatasetRun:
+    dataset: str
+    output_rows: int = 0
+    dropped: int = 0
+    quarantined: int | None = None
+
+
+@dataclass
+class ExpectationRun:
+    dataset: str
+    name: str
+    passed: int = 0
+    failed: int = 0
+
+
+@dataclass
+class Check:
+    """One check of the accounting or of a GX suite, as recorded in a `quality_check` event."""
+
+    suite: str  # "accounting" | "great_expectations"
+    dataset: str
+    name: str
+    success: bool
+    severity: str = "error"  # "error" (red when failed) | "warn" (amber)
+    observed: str = ""
+    expected: str = ""
+    passed: int | None = None
+    failed: int | None = None
+    description: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Update:
+    update_id: str
+    started: dt.datetime | None = None
+    ended: dt.datetime | None = None
+    state: str | None = None
+    datasets: dict[str, DatasetRun] = field(default_factory=dict)
+    expectations: dict[tuple[str, str], ExpectationRun] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    accounting: list[dict[str, Any]] = field(default_factory=list)
+    data_docs: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        when = self.started.strftime("%Y-%m-%d %H:%M:%S") if self.started else "?"
+        return f"{when} · {self.update_id[:8]}"
+
+    @property
+    def slug(self) -> str:
+        when = self.started.strftime("%Y%m%dT%H%M%S") if self.started else "unknown"
+        return f"update-{when}-{self.update_id[:12]}"
+
+    def failed_checks(self) -> list[Check]:
+        return [c for c in self.checks if not c.success]
+
+
+def base_dataset(name: str) -> str:
+    return name.removesuffix(CHECKED_SUFFIX)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def read_event_log(events: DataFrame, max_updates: int = 50) -> list[Update]:
+    """The last `max_updates` updates of an event log DataFrame, oldest first."""
+    origin = events.schema["origin"].dataType.fieldNames() if "origin" in events.columns else []
+    pick = [
+        F.col("event_type"),
+        F.col("timestamp").cast("timestamp").alias("timestamp"),
+        F.col("level") if "level" in events.columns else F.lit(None).cast("string").alias("level"),
+        F.col("message") if "message" in events.columns else F.lit(None).cast("string").alias("message"),
+        F.col("details").cast("string").alias("details"),
+    ]
+    for name in ("update_id", "flow_name", "dataset_name"):
+        column = F.col(f"origin.{name}") if name in origin else F.lit(None).cast("string")
+        pick.append(column.alias(name))
+    selected = (
+        events.filter(F.col("event_type").isin(*EVENT_TYPES)).select(*pick).filter(F.col("update_id").isNotNull())
+    )
+    latest = (
+        selected.groupBy("update_id")
+        .agg(F.min("timestamp").alias("started"))
+        .orderBy(F.desc("started"))
+        .limit(max_updates)
+    )
+    rows = selected.join(latest.select("update_id"), "update_id", "left_semi").orderBy("timestamp").collect()
+    return fold_events([r.asDict() for r in rows])
+
+
+def fold_events(rows: list[dict[str, Any]]) -> list[Update]:
+    """Events (dicts with event_type, timestamp, level, message, details, update_id, flow_name,
+    dataset_name) into updates, oldest first."""
+    updates: dict[str, Update] = {}
+    quarantine_outputs: dict[str, dict[str, int]] = {}
+    # (update, dataset, rule) -> flow -> [passed, failed]: summed over a flow's micro-batches; a
+    # view's rules are reported by each flow that reads the view, so across flows the largest wins.
+    per_flow: dict[tuple[str, str, str], dict[str, list[int]]] = {}
+    for row in sorted(rows, key=lambda r: (r["timestamp"] is None, r["timestamp"] or dt.datetime.min)):
+        update = updates.setdefault(row["update_id"], Update(update_id=row["update_id"]))
+        stamp = row["timestamp"]
+        if stamp is not None:
+            update.started = stamp if update.started is None or stamp < update.started else update.started
+            update.ended = stamp if update.ended is None or stamp > update.ended else update.ended
+        try:
+            details = json.loads(row["details"]) if row["details"] else {}
+        except ValueError:
+            details = {}
+        kind = row["event_type"]
+        if row.get("level") == "ERROR" and row.get("message"):
+            update.errors.append(row["message"])
+        if kind == "update_progress":
+            state = (details.get("update_progress") or {}).get("state")
+            update.state = state or update.state
+        elif kind == "flow_progress":
+            _fold_flow(update, row, details.get("flow_progress") or {}, quarantine_outputs, per_flow)
+        elif kind == QUALITY_CHECK:
+            _fold_check(update, details.get(QUALITY_CHECK) or {})
+    for (update_id, dataset, name), flows in per_flow.items():
+        passed, failed = max(flows.values(), key=lambda counts: counts[0] + counts[1])
+        if len(flows) > 1 and all(flow_dataset == dataset for flow_dataset, _ in flows):
+            passed, failed = sum(c[0] for c in flows.values()), sum(c[1] for c in flows.values())
+        updates[update_id].expectations[(dataset, name)] = ExpectationRun(dataset, name, passed, failed)
+    for update_id, outputs in quarantine_outputs.items():
+        update = updates[update_id]
+        for dataset, rows_out in outputs.items():
+            run = update.datasets.setdefault(dataset, DatasetRun(dataset))
+            if run.quarantined is None:
+                run.quarantined = rows_out
+    return list(updates.values())
+
+
+def _fold_flow(
+    update: Update, row: dict[str, Any], progress: dict[str, Any], quarantine_outputs: dict, per_flow: dict
+) -> None:
+    dataset = row.get("dataset_name") or row.get("flow_name")
+    if not dataset:
+        return
+    metrics = progress.get("metrics") or {}
+    quality = progress.get("data_quality") or {}
+    name = base_dataset(dataset)
+    if name.endswith(QUARANTINE_SUFFIX) and "num_output_rows" in metrics:
+        # Databricks: the quarantine table is its own dataset; its rows are the quarantined ones.
+        base = name.removesuffix(QUARANTINE_SUFFIX)
+        outputs = quarantine_outputs.setdefault(update.update_id, {})
+        outputs[base] = outputs.get(base, 0) + _int(metrics.get("num_output_rows"))
+    run = update.datasets.setdefault(name, DatasetRun(name))
+    if dataset == name:  # a twin's output rows are not the dataset's
+        run.output_rows += _int(metrics.get("num_output_rows"))
+    run.dropped += _int(quality.get("dropped_records"))
+    if "quarantined_records" in quality:
+        run.quarantined = (run.quarantined or 0) + _int(quality.get("quarantined_records"))
+    flow = (name, row.get("flow_name") or dataset)
+    for item in quality.get("expectations") or []:
+        target = base_dataset(item.get("dataset") or name)
+        counts = per_flow.setdefault((update.update_id, target, str(item.get("name"))), {}).setdefault(flow, [0, 0])
+        counts[0] += _int(item.get("passed_records"))
+        counts[1] += _int(item.get("failed_records"))
+
+
+def _fold_check(update: Update, check: dict[str, Any]) -> None:
+    if check.get("data_docs"):
+        update.data_docs = check["data_docs"]
+    if check.get("accounting"):
+        update.accounting.append(check["accounting"])
+    for item in check.get("checks") or []:
+        known = {k: item.get(k) for k in Check.__dataclass_fields__ if k in item}
+        update.checks.append(Check(**known))
