@@ -62,6 +62,7 @@ from cdc_medallion.model import (
     KIND_TRANSACTION,
     OP_DELETE,
     OP_INSERT,
+    OP_TRUNCATE,
     OP_UPDATE,
 )
 
@@ -194,6 +195,9 @@ class DtsAvro(Format):
             return [self._change(record, CHANGE_OPS[operation], (db, schema, table), order, common)]
         if operation == "DDL":
             sql = next((i for i in (record.get("afterImages"), record.get("beforeImages")) if isinstance(i, str)), None)
+            truncated = _truncated_table(sql, table)
+            if truncated is not None:  # the Record schema has no TRUNCATE operation: DTS sends it as DDL
+                return [change(OP_TRUNCATE, (db, schema, truncated), None, None, order, detail=sql, **common)]
             return [schema_change((db, schema, table), sql, order, **common)]
         kind = {"HEARTBEAT": KIND_HEARTBEAT}.get(operation, KIND_TRANSACTION if operation in TRANSACTION_OPS else None)
         event = {"kind": kind or KIND_MESSAGE, "op": operation, "source_table": table, "sequence": order, **common}
@@ -432,3 +436,14 @@ def _zone(name: str) -> dt.tzinfo:
         delta = dt.timedelta(hours=int(hours), minutes=int(minutes or 0))
         return dt.timezone(-delta if sign == "-" else delta)
     return zoneinfo.ZoneInfo(text)
+
+
+_TRUNCATE = re.compile(r"^\s*TRUNCATE\s+(?:TABLE\s+)?([`\"\w$#.]+)", re.IGNORECASE)
+
+
+def _truncated_table(sql: str | None, table: str | None) -> str | None:
+    """The table a `TRUNCATE [TABLE] name` statement empties (None: not a truncate)."""
+    match = _TRUNCATE.match(sql or "")
+    if match is None:
+        return None
+    return table or match.group(1).replace("`", "").replace('"', "").split(".")[-1]

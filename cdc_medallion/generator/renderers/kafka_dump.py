@@ -7,6 +7,10 @@ import datetime as dt
 import json
 from pathlib import Path
 
+# Characters some readers (Python's str.splitlines among them) take for line ends: escaped, so a
+# message stays on one line whatever its text holds.
+_LINE_BREAKS = {0x85: "\\u0085", 0x2028: "\\u2028", 0x2029: "\\u2029"}
+
 
 class KafkaDump:
     """Collects records per topic and writes them as one Kafka-dump file."""
@@ -30,5 +34,6 @@ class KafkaDump:
     def write(self, path: Path) -> int:
         with path.open("w", encoding="utf-8") as handle:
             for record in self.records:
-                handle.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+                text = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+                handle.write(text.translate(_LINE_BREAKS) + "\n")
         return len(self.records)
