@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
+from cdc_medallion.formats.json_common import load_document
 from cdc_medallion.formats.message import BronzeMessage, Event
-from cdc_medallion.formats.values import EPOCH, b64decode, dumps, inferred_type, loads, text_of, timestamp_text
+from cdc_medallion.formats.values import EPOCH, b64decode, dumps, inferred_type, text_of, timestamp_text
 from cdc_medallion.model import (
     KIND_CHANGE,
     KIND_HEARTBEAT,
@@ -258,14 +259,9 @@ class DataWorksJson(Format):
 
 # --- helpers ----------------------------------------------------------------------------------
 def _document(message: BronzeMessage) -> tuple[dict[str, Any], dict[str, Any]]:
-    if message.value is None or message.value.strip() == b"":
+    document = load_document(message)
+    if document is None:
         raise ParseError("value", "empty message: a DataWorks message is a JSON object")
-    try:
-        document = loads(message.value)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ParseError("value", f"not valid JSON: {error}") from None
-    if not isinstance(document, dict):
-        raise ParseError("value", f"expected a JSON object, got {type(document).__name__}")
     payload = document.get("payload")
     if not isinstance(payload, dict):
         raise ParseError("payload", f"expected a JSON object, got {type(payload).__name__}")

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
+from cdc_medallion.formats.json_common import load_document
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import (
     EPOCH,
@@ -97,14 +98,9 @@ class DebeziumJson(Format):
     }
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
-        if message.value is None or message.value.strip() == b"":
+        document = load_document(message)
+        if document is None:
             return [self._tombstone(message)]
-        try:
-            document = loads(message.value)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise ParseError("value", f"not valid JSON: {error}") from None
-        if not isinstance(document, dict):
-            raise ParseError("value", f"expected a JSON object, got {type(document).__name__}")
         schema: dict[str, Any] | None = None
         payload: Any = document
         if "payload" in document and ("schema" in document or set(document) <= {"schema", "payload"}):

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
+from cdc_medallion.formats.json_common import load_document
 from cdc_medallion.formats.masks import Mask, MaskError, decode_mask
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import dumps, inferred_type, loads, text_of
@@ -509,14 +510,9 @@ class QlikJson(Format):
 
 # --- helpers ----------------------------------------------------------------------------------
 def _envelope(message: BronzeMessage) -> _Parsed:
-    if message.value is None or message.value.strip() == b"":
+    document = load_document(message)
+    if document is None:
         raise ParseError("value", "empty message: a Qlik message is a JSON object")
-    try:
-        document = loads(message.value)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ParseError("value", f"not valid JSON: {error}") from None
-    if not isinstance(document, dict):
-        raise ParseError("value", f"expected a JSON object, got {type(document).__name__}")
     if "magic" in document or ("type" in document and "message" in document):
         if document.get("magic") != "atMSG":
             raise ParseError("magic", f"expected 'atMSG', got {document.get('magic')!r}")
