@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from cdc_medallion.config import PipelineConf, SourceConf, using_conf
 from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow, Dataset, DatasetKind, Flow
@@ -284,13 +285,40 @@ class LocalRunner:
             return 0
         return self.store.append(name, df, txns, properties)
 
+    def _append_quarantine(
+        self, name: str, rows: DataFrame, txns: dict[str, int], properties: Any, target: str | None = None
+    ) -> int:
+        """Quarantine rows exactly once, even when a batch is retried over a longer input range.
+
+        The quarantine commit precedes the dataset's; a run killed between the two and re-run
+        after more input arrived re-reads a range that includes rows already quarantined, so rows
+        whose content is already there are left out. With `target`, only on such a retry (rows of
+        a user's table need not be unique); view quarantines carry bronze references, so always.
+        """
+        if self.store.exists(name) and (target is None or self._partly_committed(name, target, txns)):
+
+            def content(df: DataFrame) -> Column:
+                return F.sha2(F.to_json(F.struct(*[df[f"`{c}`"] for c in df.columns])), 256)
+
+            seen = self.store.read(name)
+            seen = seen.select(content(seen).alias("__content")).distinct()
+            rows = rows.withColumn("__content", content(rows)).join(seen, "__content", "left_anti").drop("__content")
+        return self._append_once(name, rows, txns, properties)
+
+    def _partly_committed(self, side: str, target: str, txns: dict[str, int]) -> bool:
+        """True when `side` holds a batch of these inputs that `target` has not committed yet."""
+        return any(
+            (self.store.txn_version(side, app) or -1) > (self.store.txn_version(target, app) or -1) for app in txns
+        )
+
     def _write_quarantines(self, reader: FlowReader, split: exp.Split, dataset: Dataset) -> None:
-        pending = list(reader.view_quarantines)
+        pending = [(name, rows, count, None) for name, rows, count in reader.view_quarantines]
         if split.quarantine is not None:
-            pending.append((f"{dataset.name}_quarantine", split.quarantine, split.report.quarantined))
-        for name, rows, count in pending:
+            pending.append((f"{dataset.name}_quarantine", split.quarantine, split.report.quarantined, dataset.name))
+        for name, rows, count, target in pending:
             if count:  # no empty quarantine tables
-                self._append_once(name, rows, reader.txns, {"layer": "quarantine", "quarantine_of": dataset.name})
+                properties = {"layer": "quarantine", "quarantine_of": dataset.name}
+                self._append_quarantine(name, rows, reader.txns, properties, target)
 
     def _apply_auto_cdc(self, flow: AutoCdcFlow, batch: DataFrame, reader: FlowReader, result: FlowResult) -> None:
         dataset = self.graph.dataset(flow.target)
@@ -299,7 +327,7 @@ class LocalRunner:
             if count:  # both SCD flows read the view: its quarantine is committed once, as the view's
                 view = name.removesuffix("_quarantine")
                 txns = {f"{view}<-{app.split('<-', 1)[1]}": v for app, v in reader.txns.items() if "<-" in app}
-                self._append_once(name, rows, txns, {"layer": "quarantine", "quarantine_of": flow.source})
+                self._append_quarantine(name, rows, txns, {"layer": "quarantine", "quarantine_of": flow.source})
         properties = {**dataset.table_properties, "scd_type": str(flow.stored_as_scd_type)}
         applied = AutoCdcApplier(self.store, flow, properties).apply(batch, reader.txns)
         result.batches += 1
