@@ -8,7 +8,7 @@ CONF ?= conf/local.yml
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup run test lint clean browser
+.PHONY: setup run test lint clean browser bench crash-drill
 
 setup: $(STAMP)
 
@@ -32,6 +32,23 @@ browser:
 	@test -x /usr/bin/chromium || { \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
 	  || echo "chromium could not be installed: the browser test will skip"; }
+
+# Benchmarks (not tests; nothing asserts a time). BENCH_N changes per format, default 1,000,000;
+# BENCH_FORMATS, BENCH_PARTS and BENCH_10M=1 narrow or widen it (bench/run.py). PyFlink, the peer,
+# is installed on first use into bench/.flink-venv (its pins conflict with ours).
+BENCH_N ?= 1000000
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	BENCH_N=$(BENCH_N) $(BIN)/python -m bench
+
+# The kill drill of issue 10 at scale: ingest SIGKILLed in every run over ~300k messages.
+crash-drill: $(STAMP)
+	$(BIN)/python -m bench.crash
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

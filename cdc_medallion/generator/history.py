@@ -52,7 +52,10 @@ class History:
     transactions: list[Transaction] = field(default_factory=list)
 
     def table(self, name: str) -> TableSpec:
-        return next(t for t in self.tables if t.name == name)
+        by_name = self.__dict__.get("_by_name")
+        if by_name is None or len(by_name) != len(self.tables):
+            by_name = self.__dict__["_by_name"] = {t.name: t for t in self.tables}
+        return by_name[name]
 
     def columns_at_end(self, table: str) -> list[Column]:
         spec = self.table(table)
@@ -102,6 +105,39 @@ class History:
         return result
 
 
+SMALL_TABLE = 4096  # up to this many live rows, a row is picked from the sorted keys (as histories always were)
+
+
+class _KeyPool:
+    """Live keys of one table, so that picking a random row stays O(1) in benchmark-sized histories
+    while small histories (every test's) keep picking exactly as before."""
+
+    def __init__(self) -> None:
+        self.keys: list[Key] = []
+        self.index: dict[Key, int] = {}
+
+    def add(self, key: Key) -> None:
+        if key not in self.index:
+            self.index[key] = len(self.keys)
+            self.keys.append(key)
+
+    def remove(self, key: Key) -> None:
+        at = self.index.pop(key)
+        last = self.keys.pop()
+        if at < len(self.keys):
+            self.keys[at] = last
+            self.index[last] = at
+
+    def clear(self) -> None:
+        self.keys.clear()
+        self.index.clear()
+
+    def pick(self, rnd: random.Random) -> Key:
+        if len(self.keys) <= SMALL_TABLE:
+            return rnd.choice(sorted(self.keys, key=repr))
+        return self.keys[rnd.randrange(len(self.keys))]
+
+
 def generate_history(tables: int = 3, transactions: int = 40, seed: int = 1, snapshot_rows: int = 4) -> History:
     """A reproducible history: a snapshot (full load), then random transactions."""
     rnd = random.Random(seed)
@@ -109,6 +145,7 @@ def generate_history(tables: int = 3, transactions: int = 40, seed: int = 1, sna
     history = History(specs)
     clock = dt.datetime(2026, 3, 1, 8, 0, 0)
     state: dict[str, dict[Key, Row]] = {t.name: {} for t in specs}
+    pools = {t.name: _KeyPool() for t in specs}
     extra: dict[str, list[Column]] = {t.name: [] for t in specs}
     counters = {t.name: 0 for t in specs}
 
@@ -135,6 +172,7 @@ def generate_history(tables: int = 3, transactions: int = 40, seed: int = 1, sna
         for _ in range(snapshot_rows):
             row = new_row(spec)
             state[spec.name][key_of(spec, row)] = row
+            pools[spec.name].add(key_of(spec, row))
             snapshot.append(Change(spec.name, "SNAPSHOT", after=dict(row)))
     history.transactions.append(Transaction(1, clock, tuple(snapshot), snapshot=True))
 
@@ -154,13 +192,15 @@ def generate_history(tables: int = 3, transactions: int = 40, seed: int = 1, sna
             elif number > transactions * 3 // 4 and not truncate_done and roll < 0.08 and rows:
                 truncate_done = True
                 rows.clear()
+                pools[spec.name].clear()
                 changes.append(Change(spec.name, "TRUNCATE"))
             elif roll < 0.4 or not rows or not spec.keys:
                 row = new_row(spec)
                 rows[key_of(spec, row)] = row
+                pools[spec.name].add(key_of(spec, row))
                 changes.append(Change(spec.name, "INSERT", after=dict(row)))
             elif roll < 0.8:
-                key = rnd.choice(sorted(rows, key=repr))
+                key = pools[spec.name].pick(rnd)
                 before = rows[key]
                 after = dict(before)
                 candidates = [c for c in [*spec.values, *extra[spec.name]]]
@@ -173,10 +213,13 @@ def generate_history(tables: int = 3, transactions: int = 40, seed: int = 1, sna
                     counters[spec.name] += 1
                 changed = tuple(c for c in after if after[c] != before.get(c))
                 del rows[key]
+                pools[spec.name].remove(key)
                 rows[key_of(spec, after)] = after
+                pools[spec.name].add(key_of(spec, after))
                 changes.append(Change(spec.name, "UPDATE", before=dict(before), after=after, changed=changed))
             else:
-                key = rnd.choice(sorted(rows, key=repr))
+                key = pools[spec.name].pick(rnd)
+                pools[spec.name].remove(key)
                 changes.append(Change(spec.name, "DELETE", before=dict(rows.pop(key))))
         history.transactions.append(Transaction(number, clock, tuple(changes)))
     return history

@@ -50,23 +50,28 @@ def generate(history: History, formats: list[str], out: Path) -> list[RenderedSo
     if unknown:
         raise KeyError(f"no renderer for {unknown} (have: {', '.join(sorted(RENDERERS))})")
     rendered = [render(history, fmt, out / fmt) for fmt in chosen]
+    conf = pipeline_conf(rendered, out / "storage")
+    (out / "conf.yml").write_text(yaml.safe_dump(conf, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    write_truth(history, out / "truth.json")
+    return rendered
+
+
+def pipeline_conf(rendered: list[RenderedSource], storage: Path, name: str = "generated") -> dict[str, Any]:
+    """The conf (as YAML-ready data) that runs `rendered` sources into `storage`."""
     sources, tables = [], []
     for item in rendered:
-        name = item.format.replace("-", "_")
+        source = item.format.replace("-", "_")
         sources.append(
             {
-                "name": name,
+                "name": source,
                 "format": item.format,
                 "options": item.options,
                 "input": {"path": str(item.path), "layout": item.layout},
             }
         )
         for table, keys in item.keys.items():
-            entry: dict[str, Any] = {"source": name, "table": table, "keys": list(keys), "name": f"{name}_{table}"}
+            entry: dict[str, Any] = {"source": source, "table": table, "keys": list(keys), "name": f"{source}_{table}"}
             if item.columns.get(table):
                 entry["columns"] = item.columns[table]
             tables.append(entry)
-    conf = {"pipeline": {"name": "generated", "storage": str(out / "storage")}, "sources": sources, "tables": tables}
-    (out / "conf.yml").write_text(yaml.safe_dump(conf, sort_keys=False, allow_unicode=True), encoding="utf-8")
-    write_truth(history, out / "truth.json")
-    return rendered
+    return {"pipeline": {"name": name, "storage": str(storage)}, "sources": sources, "tables": tables}

@@ -87,6 +87,11 @@ class AutoCdcApplier:
         events.persist()
         try:
             self._ensure_target(events, columns)
+            if events.isEmpty():  # silver moved on, but not for this table: record progress only
+                for name in (self.state_name, flow.target):
+                    if not self._already_committed(name, txns):
+                        self.store.commit_progress(name, txns)
+                return ApplyResult()
             new_truncates = [r[SEQ] for r in events.filter(F.col(TRUNCATE)).select(SEQ).distinct().collect()]
             rows = events.filter(~F.col(TRUNCATE)).drop(TRUNCATE)
             result = self._apply(rows, columns, new_truncates, txns)

@@ -51,6 +51,7 @@ class FlowResult:
     quarantined: int = 0
     dropped: int = 0
     deleted: int = 0
+    seconds: float = 0.0  # wall clock of this flow's batches in the update (what `bench/` reports per stage)
 
 
 @dataclass
@@ -232,16 +233,20 @@ class LocalRunner:
     def _run_flow(self, flow: AnyFlow) -> None:
         result = self.result.flows.setdefault(flow.name, FlowResult(flow=flow.name, target=flow.target))
         while True:
+            started = time.monotonic()
             reader = FlowReader(self, flow)
-            with reading_with(reader):
-                batch = reader.read_stream(flow.source) if isinstance(flow, AutoCdcFlow) else flow.query()
-                if not reader.has_new:
-                    self._ensure_exists(flow.target, batch)
-                    return
-                if isinstance(flow, AutoCdcFlow):
-                    self._apply_auto_cdc(flow, batch, reader, result)
-                else:
-                    self._append(flow, batch, reader, result)
+            try:
+                with reading_with(reader):
+                    batch = reader.read_stream(flow.source) if isinstance(flow, AutoCdcFlow) else flow.query()
+                    if not reader.has_new:
+                        self._ensure_exists(flow.target, batch)
+                        return
+                    if isinstance(flow, AutoCdcFlow):
+                        self._apply_auto_cdc(flow, batch, reader, result)
+                    else:
+                        self._append(flow, batch, reader, result)
+            finally:
+                result.seconds += time.monotonic() - started
             if not reader.more:
                 return
 

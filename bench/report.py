@@ -1,0 +1,215 @@
+"""bench/results/: latest.json, and a dated Markdown report with its chart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+TARGETS = {
+    "silver_parse_vs_from_json": (">=", 0.75),
+    "end_to_end_vs_parquet_floor": (">=", 0.5),
+    "incremental_cost_ratio_10x_table": ("<=", 1.5),
+    "vs_flink_debezium": (">=", 1.0),
+    "peak_rss_gib": ("<=", 4.0),
+}
+
+
+def _met(key: str, value: float) -> str:
+    op, target = TARGETS[key]
+    ok = value >= target if op == ">=" else value <= target
+    return f"{'met' if ok else 'MISSED'} (target {op} {target})"
+
+
+FORMAT_COLUMNS = [
+    "format",
+    "messages",
+    "MB",
+    "end to end s",
+    "msg/s",
+    "MB/s",
+    "bronze s",
+    "silver s",
+    "gold s",
+    "silver parse s",
+    "text count s",
+    "from_json→noop s",
+    "→parquet s",
+    "parse vs from_json",
+    "e2e vs parquet",
+    "driver GiB",
+    "workers GiB",
+]
+
+
+def _row(cells: list) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def chart(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    formats = results.get("formats", {})
+    panels = 1 + bool(results.get("growth"))
+    figure, axes = plt.subplots(1, panels, figsize=(7 * panels, 4.8), squeeze=False)
+    if formats:
+        ax = axes[0][0]
+        names = list(formats)
+        series = {
+            "ours, end to end": [r["messages_per_s_end_to_end"] for r in formats.values()],
+            "ours, silver parse": [r["messages"] / max(r["silver_parse_s"], 1e-9) for r in formats.values()],
+            "Spark from_json → parquet": [
+                r["messages"] / max(r["floors_s"]["from_json_parquet"], 1e-9) for r in formats.values()
+            ],
+            "Spark from_json → noop": [
+                r["messages"] / max(r["floors_s"]["from_json_noop"], 1e-9) for r in formats.values()
+            ],
+        }
+        width = 0.2
+        for index, (label, values) in enumerate(series.items()):
+            ax.bar([i + (index - 1.5) * width for i in range(len(names))], values, width, label=label)
+        ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
+        ax.set_ylabel("messages / s")
+        ax.set_yscale("log")
+        ax.set_title(f"Per format, {results['n']:,} changes")
+        ax.legend(fontsize=7)
+    if results.get("growth"):
+        ax = axes[0][panels - 1]
+        sizes = sorted(results["growth"], key=int)
+        ax.plot(
+            [int(s) for s in sizes], [results["growth"][s]["events_per_s"] for s in sizes], "o-", label="end to end"
+        )
+        ax.set_xscale("log")
+        ax.set_xlabel("changes in the run (Debezium JSON)")
+        ax.set_ylabel("events / s")
+        ax.set_title("Growth")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)
+    figure.suptitle(f"cdc-medallion bench, {results['date']}, {results['machine']['cpus']} cores")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def markdown(results: dict[str, Any], chart_name: str) -> str:
+    m = results["machine"]
+    lines = [
+        f"# Benchmark, {results['date']}",
+        "",
+        f"Machine: {m['cpus']} cores ({m['cpu_model']}), {m['memory_gib']} GiB, Python {m['python']}, "
+        f"Spark {m['spark']} ({m['spark_master']}). N = {results['n']:,} changes per format. "
+        f"Whole run: {results['seconds'] / 60:.1f} min.",
+        "",
+        "Ratios are our speed divided by the reference's, both measured in this run on the same bytes "
+        "(1.0 = as fast as the reference). Absolute times on a shared 2-core machine are noise; ratios are not.",
+        "",
+        "## Headline",
+        "",
+        "| measure | value | target |",
+        "|---|---|---|",
+    ]
+    for key in TARGETS:
+        if key in results:
+            lines.append(f"| `{key}` | {results[key]} | {_met(key, results[key])} |")
+    if "events_per_s_end_to_end" in results:
+        lines.append(f"| `events_per_s_end_to_end` | {results['events_per_s_end_to_end']:,.0f} | |")
+    lines += ["", f"![chart]({chart_name})", ""]
+    formats = results.get("formats", {})
+    if formats:
+        lines += [
+            "## Per format and stage",
+            "",
+            _row(FORMAT_COLUMNS),
+            _row(["---"] + ["---:"] * (len(FORMAT_COLUMNS) - 1)),
+        ]
+        for fmt, r in formats.items():
+            f, s = r["floors_s"], r["stages_s"]
+            note = "" if r["floor_parses_message"] else " ¹"
+            cells = [f"{fmt}{note}", f"{r['messages']:,}", f"{r['mb']:,}", r["end_to_end_s"]]
+            cells += [f"{r['messages_per_s_end_to_end']:,.0f}", r["mb_per_s_end_to_end"]]
+            cells += [s["bronze"], s["silver"], s["gold"], r["silver_parse_s"]]
+            cells += [f["text_count"], f["from_json_noop"], f["from_json_parquet"]]
+            cells += [r["silver_parse_vs_from_json"], r["end_to_end_vs_parquet_floor"]]
+            cells += [r["memory"]["driver_gib"], r["memory"]["python_workers_gib"]]
+            lines.append(_row(cells))
+        if any(not r["floor_parses_message"] for r in formats.values()):
+            lines += ["", "¹ The message is not JSON: the floor parses only the Kafka-dump record around it."]
+        lines.append("")
+    if results.get("peer"):
+        lines += [
+            "## Against Apache Flink",
+            "",
+            "| format | messages | ours s | Flink s | ours vs Flink | note |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        for fmt, r in results["peer"].items():
+            lines.append(
+                f"| {fmt} | {r['messages']:,} | {r['ours_s']} | {r['flink_s'] if r['flink_s'] is not None else '–'} "
+                f"| {r.get('ours_vs_flink', '–')} | {r.get('flink_error') or ''} |"
+            )
+        lines += [
+            "",
+            "Same values file for both. Flink: filesystem source, its changelog format, latest row per key "
+            "(GROUP BY key with LAST_VALUE) into a blackhole sink, parallelism 2. Ours: bronze, silver, SCD1 "
+            "and SCD2 gold as Delta tables.",
+            "",
+        ]
+    if results.get("growth"):
+        lines += [
+            "## Growth (Debezium JSON)",
+            "",
+            "| changes | seconds | events/s | driver GiB |",
+            "|---:|---:|---:|---:|",
+        ]
+        for size, r in sorted(results["growth"].items(), key=lambda item: int(item[0])):
+            lines.append(f"| {int(size):,} | {r['seconds']} | {r['events_per_s']:,.0f} | {r['memory']['driver_gib']} |")
+        lines.append("")
+    if results.get("incremental"):
+        inc = results["incremental"]
+        lines += [
+            "## Incremental: the same changes into a 10× bigger table",
+            "",
+            "| gold rows | changes | load s | increment s | increment gold s |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for r in inc["runs"].values():
+            gold = r["increment_stages_s"]["gold"]
+            lines.append(_row([f"{r['rows']:,}", f"{r['changes']:,}", r["load_s"], r["increment_s"], gold]))
+        lines += [
+            "",
+            f"Cost ratio (10× table / 1× table): whole increment {inc['incremental_cost_ratio_10x_table']}, "
+            f"gold stage {inc['gold_cost_ratio_10x_table']}.",
+            "",
+        ]
+    if results.get("tables"):
+        t = results["tables"]
+        lines += ["## Many tables (same total changes)", "", "| tables | seconds | gold s |", "|---:|---:|---:|"]
+        for r in t.values():
+            if isinstance(r, dict):
+                lines.append(f"| {r['tables']} | {r['seconds']} | {r['stages_s']['gold']} |")
+        lines += ["", f"Cost ratio (many / one): {t['many_vs_one_cost_ratio']}.", ""]
+    mem = results.get("peak_memory")
+    if mem:
+        lines += [
+            "## Peak memory over the whole run",
+            "",
+            f"Driver (JVM + Python driver) {mem['driver_gib']} GiB; JVM {mem['jvm_gib']} GiB; Python workers "
+            f"{mem['python_workers_gib']} GiB; all processes {mem['total_gib']} GiB.",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def write_results(results: dict[str, Any], folder: Path) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = results["date"][:10]
+    chart_name = f"{stamp}.png"
+    chart(results, folder / chart_name)
+    latest = folder / "latest.json"
+    latest.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    report = folder / f"{stamp}.md"
+    report.write_text(markdown(results, chart_name) + "\n", encoding="utf-8")
+    return latest, report

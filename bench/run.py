@@ -1,0 +1,301 @@
+"""`make bench`: every measurement of one run, written to bench/results/.
+
+Sizes: BENCH_N (default 1,000,000) row changes per format. Every ratio compares two things
+measured in this run on this machine, so a loaded machine slows both sides alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+JSON_PEERS = ("debezium-json", "canal-json")  # the formats Flink reads too
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    from cdc_medallion.formats import format_names
+
+    parser = argparse.ArgumentParser(prog="bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=int(os.environ.get("BENCH_N", "1000000")), help="changes per format")
+    parser.add_argument(
+        "--formats",
+        default=os.environ.get("BENCH_FORMATS", "all"),
+        help=f"comma-separated, or 'all' ({', '.join(format_names())})",
+    )
+    parser.add_argument("--parts", default=os.environ.get("BENCH_PARTS", "formats,peer,growth,incremental,tables"))
+    parser.add_argument("--ten-million", action="store_true", default=os.environ.get("BENCH_10M") == "1")
+    parser.add_argument("--work", type=Path, default=Path(os.environ.get("BENCH_WORK", HERE / ".work")))
+    parser.add_argument("--results", type=Path, default=HERE / "results")
+    parser.add_argument("--tables", type=int, default=200, help="the many-tables case")
+    args = parser.parse_args(argv)
+    args.formats = format_names() if args.formats == "all" else [f.strip() for f in args.formats.split(",")]
+    args.parts = {p.strip() for p in args.parts.split(",")}
+    return args
+
+
+def say(line: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+
+def machine() -> dict[str, Any]:
+    import pyspark
+
+    model = ""
+    with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
+        model = names[0] if names else ""
+    with open("/proc/meminfo") as meminfo:
+        total = int(meminfo.readline().split()[1]) * 1024
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": round(total / (1 << 30), 1),
+        "python": platform.python_version(),
+        "spark": pyspark.__version__,
+        "spark_master": os.environ.get("CDC_MEDALLION_SPARK_MASTER", "local[2]"),
+        "platform": platform.platform(),
+    }
+
+
+def rate(count: float, seconds: float) -> float:
+    return round(count / seconds, 1) if seconds > 0 else 0.0
+
+
+def ratio(floor_seconds: float, our_seconds: float) -> float:
+    """Our speed as a fraction of the floor's (1.0 = as fast as the floor)."""
+    return round(floor_seconds / our_seconds, 3) if our_seconds > 0 else 0.0
+
+
+# --- parts ------------------------------------------------------------------------------------
+def per_format(spark, sampler, args) -> dict[str, Any]:
+    from bench import floors, ours
+    from bench.workloads import workload
+
+    results: dict[str, Any] = {}
+    for fmt in args.formats:
+        say(f"{fmt}: {args.n:,} changes")
+        work = workload(args.work / "inputs", fmt, args.n, say=say)
+        floor = floors.measure(spark, work, args.work)
+        say(
+            f"  floors: text {floor.text_count:.1f}s, from_json→noop {floor.from_json_noop:.1f}s, "
+            f"→parquet {floor.from_json_parquet:.1f}s"
+        )
+        conf = work.fresh_storage()
+        run = ours.run(spark, conf, sampler, say=lambda _line: None)
+        parse = ours.silver_parse(spark, conf)
+        shutil.rmtree(conf.storage, ignore_errors=True)
+        mb = work.bytes / 1e6
+        entry = {
+            "messages": work.messages,
+            "events": work.events,
+            "mb": round(mb, 1),
+            "floors_s": {k: round(v, 2) for k, v in asdict(floor).items() if k != "message_parsed"},
+            "floor_parses_message": floor.message_parsed,
+            "end_to_end_s": round(run.seconds, 2),
+            "stages_s": {k: round(v, 2) for k, v in run.stages.items()},
+            "silver_parse_s": round(parse, 2),
+            "events_per_s_end_to_end": rate(work.events, run.seconds),
+            "messages_per_s_end_to_end": rate(work.messages, run.seconds),
+            "mb_per_s_end_to_end": rate(mb, run.seconds),
+            "stage_messages_per_s": {k: rate(work.messages, v) for k, v in run.stages.items()},
+            "silver_parse_vs_from_json": ratio(floor.from_json_noop, parse),
+            "end_to_end_vs_parquet_floor": ratio(floor.from_json_parquet, run.seconds),
+            "memory": run.memory,
+        }
+        say(
+            f"  ours: {run.seconds:.1f}s end to end ({entry['events_per_s_end_to_end']:,.0f} events/s; "
+            f"bronze {run.stages['bronze']:.1f}s, silver {run.stages['silver']:.1f}s, gold {run.stages['gold']:.1f}s), "
+            f"silver parse {parse:.1f}s; vs from_json {entry['silver_parse_vs_from_json']}, "
+            f"vs parquet floor {entry['end_to_end_vs_parquet_floor']}; driver {run.memory['driver_gib']} GiB"
+        )
+        results[fmt] = entry
+    return results
+
+
+def peer(spark, sampler, args) -> dict[str, Any]:
+    from bench import ours
+    from bench.peer import ensure_flink, run_flink
+    from bench.workloads import values_file, workload
+    from cdc_medallion.config import InputConf
+
+    why_not = ensure_flink(say)
+    results: dict[str, Any] = {}
+    for fmt in JSON_PEERS:
+        say(f"peer: {fmt}, one table, {args.n:,} changes, the same values file for both")
+        work = workload(args.work / "inputs", fmt, args.n, tables=1, say=say)
+        values, lines = values_file(work, work.conf_path.parent / "values.json")
+        conf = work.fresh_storage()
+        source = replace(conf.sources[0], input=InputConf(path=values, layout="json-lines"))
+        conf = replace(conf, sources=(source,))
+        run = ours.run(spark, conf, sampler, say=lambda _line: None)
+        shutil.rmtree(conf.storage, ignore_errors=True)
+        entry: dict[str, Any] = {"messages": lines, "ours_s": round(run.seconds, 2)}
+        if why_not is None:
+            flink = run_flink(fmt, values)
+            entry["flink_s"] = round(flink.seconds, 2) if flink.seconds is not None else None
+            entry["flink_error"] = flink.error
+        else:
+            entry["flink_s"], entry["flink_error"] = None, why_not
+        if entry["flink_s"]:
+            entry["ours_vs_flink"] = ratio(entry["flink_s"], run.seconds)
+            say(
+                f"  ours {run.seconds:.1f}s, Flink {entry['flink_s']:.1f}s: "
+                f"ours at {entry['ours_vs_flink']}× Flink's speed"
+            )
+        else:
+            say(f"  ours {run.seconds:.1f}s; Flink not measured: {entry['flink_error']}")
+        results[fmt] = entry
+    return results
+
+
+def growth(spark, sampler, args) -> dict[str, Any]:
+    from bench import ours
+    from bench.workloads import workload
+
+    sizes = sorted({max(1000, args.n // 10), args.n} | ({10 * args.n} if args.ten_million else set()))
+    results: dict[str, Any] = {}
+    for size in sizes:
+        say(f"growth: debezium-json at {size:,} changes")
+        work = workload(args.work / "inputs", "debezium-json", size, say=say)
+        conf = work.fresh_storage()
+        run = ours.run(spark, conf, sampler, say=lambda _line: None)
+        shutil.rmtree(conf.storage, ignore_errors=True)
+        results[str(size)] = {
+            "events": work.events,
+            "seconds": round(run.seconds, 2),
+            "events_per_s": rate(work.events, run.seconds),
+            "memory": run.memory,
+        }
+        say(
+            f"  {run.seconds:.1f}s, {results[str(size)]['events_per_s']:,.0f} events/s, "
+            f"driver {run.memory['driver_gib']} GiB"
+        )
+    return results
+
+
+def incremental(spark, sampler, args) -> dict[str, Any]:
+    from bench import ours
+    from bench.workloads import incremental as make
+
+    big = 10 * args.n if args.ten_million else args.n
+    rows_list = [big // 10, big]
+    changes = max(1000, args.n // 10)
+    results: dict[str, Any] = {}
+    for rows in rows_list:
+        say(f"incremental: {changes:,} changes into a gold table of {rows:,} rows")
+        work = make(args.work / "inputs", "debezium-json", rows, changes, say=say)
+        conf = work.base.fresh_storage()
+        load = ours.run(spark, conf, sampler, say=lambda _line: None)
+        work.append_increment()
+        run = ours.run(spark, conf, sampler, say=lambda _line: None)
+        shutil.rmtree(conf.storage, ignore_errors=True)
+        results[str(rows)] = {
+            "rows": rows,
+            "changes": changes,
+            "load_s": round(load.seconds, 2),
+            "increment_s": round(run.seconds, 2),
+            "increment_stages_s": {k: round(v, 2) for k, v in run.stages.items()},
+            "memory": run.memory,
+        }
+        say(f"  load {load.seconds:.1f}s; increment {run.seconds:.1f}s (gold {run.stages['gold']:.1f}s)")
+    small, large = (results[str(r)] for r in rows_list)
+    return {
+        "runs": results,
+        "incremental_cost_ratio_10x_table": round(large["increment_s"] / small["increment_s"], 3),
+        "gold_cost_ratio_10x_table": round(
+            large["increment_stages_s"]["gold"] / max(small["increment_stages_s"]["gold"], 1e-9), 3
+        ),
+    }
+
+
+def many_tables(spark, sampler, args) -> dict[str, Any]:
+    from bench import ours
+    from bench.workloads import workload
+
+    total = max(1000, args.n // 10)
+    results: dict[str, Any] = {}
+    for tables in (1, args.tables):
+        say(f"tables: {total:,} changes over {tables} table(s)")
+        work = workload(args.work / "inputs", "debezium-json", total, tables=tables, say=say)
+        conf = work.fresh_storage()
+        run = ours.run(spark, conf, sampler, say=lambda _line: None)
+        shutil.rmtree(conf.storage, ignore_errors=True)
+        results[str(tables)] = {"tables": tables, "events": work.events, "seconds": round(run.seconds, 2)}
+        results[str(tables)]["stages_s"] = {k: round(v, 2) for k, v in run.stages.items()}
+        say(f"  {run.seconds:.1f}s (gold {run.stages['gold']:.1f}s)")
+    results["many_vs_one_cost_ratio"] = round(results[str(args.tables)]["seconds"] / results["1"]["seconds"], 3)
+    return results
+
+
+# --- main -------------------------------------------------------------------------------------
+def summary(results: dict[str, Any]) -> dict[str, Any]:
+    """The headline keys (the worst JSON format for each ratio: a target is met by every format)."""
+    formats = results.get("formats", {})
+    json_formats = {f: r for f, r in formats.items() if f.endswith("-json")}
+    head: dict[str, Any] = {}
+    if json_formats:
+        head["silver_parse_vs_from_json"] = min(r["silver_parse_vs_from_json"] for r in json_formats.values())
+        head["silver_parse_vs_from_json_median"] = statistics.median(
+            r["silver_parse_vs_from_json"] for r in json_formats.values()
+        )
+        head["end_to_end_vs_parquet_floor"] = min(r["end_to_end_vs_parquet_floor"] for r in json_formats.values())
+        head["end_to_end_vs_parquet_floor_median"] = statistics.median(
+            r["end_to_end_vs_parquet_floor"] for r in json_formats.values()
+        )
+    if formats:
+        events = sum(r["events"] for r in formats.values())
+        seconds = sum(r["end_to_end_s"] for r in formats.values())
+        head["events_per_s_end_to_end"] = rate(events, seconds)
+    if "incremental" in results:
+        head["incremental_cost_ratio_10x_table"] = results["incremental"]["incremental_cost_ratio_10x_table"]
+    for fmt, key in (("debezium-json", "vs_flink_debezium"), ("canal-json", "vs_flink_canal")):
+        measured = results.get("peer", {}).get(fmt, {}).get("ours_vs_flink")
+        if measured is not None:
+            head[key] = measured
+    return head
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from bench.memory import RssSampler
+    from bench.report import write_results
+    from cdc_medallion.spark import get_spark
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    spark = get_spark("cdc-medallion-bench")
+    started = time.monotonic()
+    results: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "n": args.n,
+        "parts": sorted(args.parts),
+    }
+    parts = (
+        ("formats", per_format),
+        ("peer", peer),
+        ("growth", growth),
+        ("incremental", incremental),
+        ("tables", many_tables),
+    )
+    with RssSampler() as sampler:
+        for name, part in parts:
+            if name in args.parts:
+                results[name] = part(spark, sampler, args)
+        results["peak_rss_gib"] = sampler.overall.as_gib()["driver_gib"]
+        results["peak_memory"] = sampler.overall.as_gib()
+    results["seconds"] = round(time.monotonic() - started, 1)
+    results.update(summary(results))
+    latest, report = write_results(results, args.results)
+    say(f"results: {latest} and {report}")
+    return 0

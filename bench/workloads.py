@@ -1,0 +1,188 @@
+"""Benchmark inputs, made with the project's own generator and cached between runs.
+
+Every workload is a generated history rendered in one format (the same conventions the
+conformance suite checks), so each format is measured on messages its parser really meets.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cdc_medallion.config import PipelineConf, load_conf
+from cdc_medallion.generator.history import History, generate_history
+from cdc_medallion.generator.output import pipeline_conf
+from cdc_medallion.generator.renderers import RenderedSource, render
+
+REPO = Path(__file__).resolve().parent.parent
+CHANGES_PER_TRANSACTION = 2.5  # the generator draws 1-4 changes per transaction
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    format: str
+    events: int  # row changes in the history (what N counts)
+    rendered: RenderedSource
+    conf_path: Path
+    bytes: int
+
+    @property
+    def messages(self) -> int:
+        return self.rendered.messages
+
+    def conf(self) -> PipelineConf:
+        return load_conf(self.conf_path)
+
+    def fresh_storage(self) -> PipelineConf:
+        conf = self.conf()
+        shutil.rmtree(conf.storage, ignore_errors=True)
+        return conf
+
+
+def _files(path: Path) -> list[Path]:
+    return [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in _files(path))
+
+
+def _write_conf(folder: Path, rendered: list[RenderedSource], batch: int) -> Path:
+    conf = pipeline_conf(rendered, folder / "storage", name="bench")
+    conf["pipeline"]["max_messages_per_batch"] = batch
+    # The repo's own transformations and rules: what `make run` runs, expectations included.
+    conf["pipeline"]["transformations"] = str(REPO / "transformations")
+    conf["pipeline"]["expectations"] = str(REPO / "expectations")
+    path = folder / "conf.yml"
+    path.write_text(yaml.safe_dump(conf, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def _cached(folder: Path) -> dict[str, Any] | None:
+    done = folder / "workload.json"
+    return json.loads(done.read_text()) if done.is_file() else None
+
+
+def _record(folder: Path, rendered: RenderedSource, events: int) -> None:
+    info = {"messages": rendered.messages, "events": events, "layout": rendered.layout, "path": str(rendered.path)}
+    info.update(format=rendered.format, keys={t: list(k) for t, k in rendered.keys.items()})
+    info.update(options=rendered.options, columns=rendered.columns)
+    (folder / "workload.json").write_text(json.dumps(info, default=str), encoding="utf-8")
+
+
+def _from_cache(info: dict[str, Any]) -> RenderedSource:
+    return RenderedSource(
+        format=info["format"],
+        path=Path(info["path"]),
+        layout=info["layout"],
+        options=info["options"],
+        keys={t: tuple(k) for t, k in info["keys"].items()},
+        columns=info["columns"],
+        messages=info["messages"],
+    )
+
+
+def history_for(events: int, tables: int, seed: int) -> History:
+    return generate_history(tables=tables, transactions=max(1, math.ceil(events / CHANGES_PER_TRANSACTION)), seed=seed)
+
+
+def workload(
+    root: Path, fmt: str, events: int, tables: int = 3, seed: int = 7, batch: int = 200_000, say=print
+) -> Workload:
+    """`events` row changes over `tables` tables, rendered as `fmt`."""
+    folder = root / f"{fmt}-e{events}-t{tables}-s{seed}"
+    info = _cached(folder)
+    if info is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        started = time.monotonic()
+        history = history_for(events, tables, seed)
+        rendered = render(history, fmt, folder / "input")
+        _record(folder, rendered, sum(len(t.changes) for t in history.transactions))
+        say(f"  generated {rendered.messages:,} {fmt} messages in {time.monotonic() - started:.0f}s")
+        info = _cached(folder)
+        assert info is not None
+    rendered = _from_cache(info)
+    conf_path = _write_conf(folder, [rendered], batch)
+    return Workload(folder.name, fmt, info["events"], rendered, conf_path, _size(rendered.path))
+
+
+@dataclass(frozen=True)
+class IncrementalWorkload:
+    """A gold table of `rows` rows, then `changes` new changes appended to the same input."""
+
+    base: Workload
+    increment: bytes
+    rows: int
+    changes: int
+
+    def append_increment(self) -> None:
+        with self.base.rendered.path.open("ab") as handle:
+            handle.write(self.increment)
+
+
+def incremental(
+    root: Path, fmt: str, rows: int, changes: int, seed: int = 11, batch: int = 200_000, say=print
+) -> IncrementalWorkload:
+    """One keyed table loaded with `rows` rows by a snapshot; then `changes` random changes.
+
+    Both parts come from one history so the changes hit the loaded keys: the snapshot alone is
+    rendered first, the whole history second, and the increment is what the second adds.
+    """
+    folder = root / f"incremental-{fmt}-r{rows}-c{changes}-s{seed}"
+    increment_file = folder / "increment.bin"
+    if _cached(folder) is None or not increment_file.is_file():
+        shutil.rmtree(folder, ignore_errors=True)
+        started = time.monotonic()
+        full = generate_history(
+            tables=1, transactions=math.ceil(changes / CHANGES_PER_TRANSACTION), seed=seed, snapshot_rows=rows
+        )
+        snapshot_only = History(full.tables, [full.transactions[0]])
+        whole = render(full, fmt, folder / "whole")
+        base = render(snapshot_only, fmt, folder / "input")
+        prefix = _files(base.path)[0].read_bytes()
+        everything = _files(whole.path)[0].read_bytes()
+        if not everything.startswith(prefix):
+            raise RuntimeError(f"{fmt}: the rendered snapshot is not a prefix of the whole history")
+        increment_file.write_bytes(everything[len(prefix) :])
+        shutil.rmtree(folder / "whole")
+        _record(folder, base, rows)
+        say(f"  generated a {rows:,}-row snapshot and {changes:,} changes ({fmt}) in {time.monotonic() - started:.0f}s")
+    info = _cached(folder)
+    assert info is not None
+    rendered = _from_cache(info)
+    # The input is appended to by a run; start every measurement from the snapshot alone.
+    base_file = _files(rendered.path)[0]
+    pristine = folder / "snapshot.bin"
+    if not pristine.is_file():
+        shutil.copyfile(base_file, pristine)
+    shutil.copyfile(pristine, base_file)
+    conf_path = _write_conf(folder, [rendered], batch)
+    base = Workload(folder.name, fmt, rows, rendered, conf_path, _size(rendered.path))
+    return IncrementalWorkload(base, increment_file.read_bytes(), rows, changes)
+
+
+def values_file(work: Workload, out: Path) -> tuple[Path, int]:
+    """The message values of a Kafka-dump input, one per line (tombstones left out): the plain
+    file a Flink filesystem source and our `json-lines` layout both read."""
+    if out.is_file():
+        return out, sum(1 for _ in out.open("rb"))
+    lines = 0
+    with out.open("w", encoding="utf-8") as sink:
+        for path in _files(work.rendered.path):
+            with path.open(encoding="utf-8") as handle:
+                for line in handle:
+                    record = json.loads(line)
+                    value = record.get("value")
+                    if value is None:
+                        continue
+                    sink.write(value.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029") + "\n")
+                    lines += 1
+    return out, lines
