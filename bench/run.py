@@ -37,6 +37,17 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--work", type=Path, default=Path(os.environ.get("BENCH_WORK", HERE / ".work")))
     parser.add_argument("--results", type=Path, default=HERE / "results")
     parser.add_argument("--tables", type=int, default=200, help="the many-tables case")
+
+    def optional(name: str, env: str, help_text: str) -> None:
+        value = os.environ.get(env)
+        parser.add_argument(name, type=int, default=int(value) if value else None, help=f"{help_text} (${env})")
+
+    optional("--peer-n", "BENCH_PEER_N", "changes in the Flink comparison (default N)")
+    optional(
+        "--incremental-rows", "BENCH_INCREMENTAL_ROWS", "the bigger gold table (default N; 10N with --ten-million)"
+    )
+    optional("--incremental-changes", "BENCH_INCREMENTAL_CHANGES", "changes applied (default min(100k, rows/10))")
+    optional("--tables-changes", "BENCH_TABLES_CHANGES", "changes in the many-tables case (default N/10)")
     args = parser.parse_args(argv)
     args.formats = format_names() if args.formats == "all" else [f.strip() for f in args.formats.split(",")]
     args.parts = {p.strip() for p in args.parts.split(",")}
@@ -131,8 +142,9 @@ def peer(spark, sampler, args) -> dict[str, Any]:
     why_not = ensure_flink(say)
     results: dict[str, Any] = {}
     for fmt in JSON_PEERS:
-        say(f"peer: {fmt}, one table, {args.n:,} changes, the same values file for both")
-        work = workload(args.work / "inputs", fmt, args.n, tables=1, say=say)
+        size = args.peer_n or args.n
+        say(f"peer: {fmt}, one table, {size:,} changes, the same values file for both")
+        work = workload(args.work / "inputs", fmt, size, tables=1, say=say)
         values, lines = values_file(work, work.conf_path.parent / "values.json")
         conf = work.fresh_storage()
         source = replace(conf.sources[0], input=InputConf(path=values, layout="json-lines"))
@@ -163,6 +175,8 @@ def growth(spark, sampler, args) -> dict[str, Any]:
     from bench.workloads import workload
 
     sizes = sorted({max(1000, args.n // 10), args.n} | ({10 * args.n} if args.ten_million else set()))
+    if os.environ.get("BENCH_GROWTH"):  # e.g. 100000,1000000,10000000
+        sizes = sorted(int(size) for size in os.environ["BENCH_GROWTH"].split(","))
     results: dict[str, Any] = {}
     for size in sizes:
         say(f"growth: debezium-json at {size:,} changes")
@@ -187,9 +201,9 @@ def incremental(spark, sampler, args) -> dict[str, Any]:
     from bench import ours
     from bench.workloads import incremental as make
 
-    big = 10 * args.n if args.ten_million else args.n
+    big = args.incremental_rows or (10 * args.n if args.ten_million else args.n)
     rows_list = [big // 10, big]
-    changes = max(1000, args.n // 10)
+    changes = args.incremental_changes or max(1000, min(100_000, big // 100))
     results: dict[str, Any] = {}
     for rows in rows_list:
         say(f"incremental: {changes:,} changes into a gold table of {rows:,} rows")
@@ -222,7 +236,7 @@ def many_tables(spark, sampler, args) -> dict[str, Any]:
     from bench import ours
     from bench.workloads import workload
 
-    total = max(1000, args.n // 10)
+    total = args.tables_changes or max(1000, args.n // 10)
     results: dict[str, Any] = {}
     for tables in (1, args.tables):
         say(f"tables: {total:,} changes over {tables} table(s)")

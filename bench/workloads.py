@@ -98,7 +98,7 @@ def workload(
     root: Path, fmt: str, events: int, tables: int = 3, seed: int = 7, batch: int = 200_000, say=print
 ) -> Workload:
     """`events` row changes over `tables` tables, rendered as `fmt`."""
-    folder = root / f"{fmt}-e{events}-t{tables}-s{seed}"
+    folder = root.resolve() / f"{fmt}-e{events}-t{tables}-s{seed}"
     info = _cached(folder)
     if info is None:
         shutil.rmtree(folder, ignore_errors=True)
@@ -136,7 +136,7 @@ def incremental(
     Both parts come from one history so the changes hit the loaded keys: the snapshot alone is
     rendered first, the whole history second, and the increment is what the second adds.
     """
-    folder = root / f"incremental-{fmt}-r{rows}-c{changes}-s{seed}"
+    folder = root.resolve() / f"incremental-{fmt}-r{rows}-c{changes}-s{seed}"
     increment_file = folder / "increment.bin"
     if _cached(folder) is None or not increment_file.is_file():
         shutil.rmtree(folder, ignore_errors=True)

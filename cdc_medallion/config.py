@@ -77,6 +77,8 @@ class PipelineConf:
     sources: tuple[SourceConf, ...]
     tables: tuple[TableConf, ...] = ()
     max_messages_per_batch: int = 200_000
+    # Bounds memory whatever the message size (Debezium messages with schemas run to kilobytes).
+    max_bytes_per_batch: int = 128 * 1024 * 1024
     conf_file: Path | None = None
 
     def source(self, name: str) -> SourceConf:
@@ -265,6 +267,7 @@ def load_conf(path: str | os.PathLike[str]) -> PipelineConf:
         transformations=_resolve(base, pipeline.get("transformations", str, default="../transformations")),
         expectations=_resolve(base, pipeline.get("expectations", str, default="../expectations")),
         max_messages_per_batch=pipeline.get("max_messages_per_batch", int, default=200_000),
+        max_bytes_per_batch=pipeline.get("max_bytes_per_batch", int, default=128 * 1024 * 1024),
         sources=tuple(sources),
         tables=tables,
         conf_file=file,

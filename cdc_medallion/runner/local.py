@@ -140,7 +140,10 @@ class FlowReader:
         return store.read(name) if store.exists(name) else None
 
     def read_source(self, source: SourceConf) -> DataFrame:
-        landing = FileLanding(source, self.runner.conf.max_messages_per_batch)
+        landing = FileLanding(source, self.runner.conf.max_messages_per_batch, self.runner.conf.max_bytes_per_batch)
+        if source.input is not None and not source.input.path.exists():
+            missing = source.input.path
+            self.runner.progress(f"  source {source.name}: input {missing} does not exist (yet): nothing to land")
         target = self.flow.target
         store = self.runner.store
         batch = landing.next_batch(lambda app_id: store.txn_version(target, app_id))

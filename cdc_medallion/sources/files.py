@@ -47,12 +47,13 @@ def _file_id(path: Path) -> str:
 class FileLanding:
     """Reads the messages of one source's input that are not landed yet."""
 
-    def __init__(self, source: SourceConf, max_messages: int) -> None:
+    def __init__(self, source: SourceConf, max_messages: int, max_bytes: int = 128 * 1024 * 1024) -> None:
         if source.input is None:
             raise ValueError(f"source {source.name!r} has no local input")
         self.source = source
         self.input = source.input
         self.max_messages = max_messages
+        self.max_bytes = max_bytes
 
     def files(self) -> list[Path]:
         path = self.input.path
@@ -70,7 +71,7 @@ class FileLanding:
         batch = LandingBatch()
         now = dt.datetime.now(dt.UTC)
         for path in self.files():
-            if len(batch.rows) >= self.max_messages:
+            if len(batch.rows) >= self.max_messages or batch.bytes_read >= self.max_bytes:
                 batch.more = True
                 break
             bytes_id, lines_id = self.app_ids(path)
@@ -104,7 +105,7 @@ class FileLanding:
                 message = raw[:-1] if raw.endswith(b"\n") else raw
                 batch.rows.append(self._row(message, path, line, now))
                 line += 1
-                if len(batch.rows) >= self.max_messages:
+                if len(batch.rows) >= self.max_messages or batch.bytes_read + position - start >= self.max_bytes:
                     break
         return position, line
 
