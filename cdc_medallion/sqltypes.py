@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from cdc_medallion.errors import ConfigError
@@ -73,6 +74,7 @@ _BIT_DATA = re.compile(r"^(.*?)\s+for\s+bit\s+data$")
 _SUBTYPE = re.compile(r"\s+for\s+(sbcs|mixed)\s+data$")
 
 
+@functools.lru_cache(maxsize=4096)  # parsers map the same few type names for every message
 def spark_type(sql_type: str) -> str:
     """The Spark type for a source type name; unknown names are a config error."""
     name = " ".join(sql_type.strip().lower().split())

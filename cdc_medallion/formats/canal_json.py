@@ -20,6 +20,7 @@ rows of one message share the position.
 from __future__ import annotations
 
 import base64
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -86,6 +87,7 @@ _MYSQL_EXTRA = {
 }
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of a short string, called per column per message
 def mysql_spark_type(mysql_type: str) -> str | None:
     """`int(10) unsigned`, `decimal(10,2)`, `enum('a','b')`, `datetime(3)` ... -> Spark type."""
     name = " ".join(mysql_type.lower().replace("zerofill", "").split())
