@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import shutil
 import time
 from dataclasses import dataclass
@@ -94,6 +95,39 @@ def history_for(events: int, tables: int, seed: int) -> History:
     return generate_history(tables=tables, transactions=max(1, math.ceil(events / CHANGES_PER_TRANSACTION)), seed=seed)
 
 
+def _in_child(target, *args) -> None:
+    """Generate in a child process, so the generator's memory never counts as the driver's
+    (CPython keeps freed arenas: a parent that generated 1M changes stays gigabytes bigger)."""
+    child = multiprocessing.get_context("fork").Process(target=target, args=args)
+    child.start()
+    child.join()
+    if child.exitcode != 0:
+        raise RuntimeError(f"generating {args[0]} failed (exit code {child.exitcode})")
+
+
+def _generate(folder: Path, fmt: str, events: int, tables: int, seed: int) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    history = history_for(events, tables, seed)
+    rendered = render(history, fmt, folder / "input")
+    _record(folder, rendered, sum(len(t.changes) for t in history.transactions))
+
+
+def _generate_incremental(folder: Path, fmt: str, rows: int, changes: int, seed: int) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    transactions = math.ceil(changes / CHANGES_PER_TRANSACTION)
+    full = generate_history(tables=1, transactions=transactions, seed=seed, snapshot_rows=rows)
+    snapshot_only = History(full.tables, [full.transactions[0]])
+    whole = render(full, fmt, folder / "whole")
+    base = render(snapshot_only, fmt, folder / "input")
+    prefix = _files(base.path)[0].read_bytes()
+    everything = _files(whole.path)[0].read_bytes()
+    if not everything.startswith(prefix):
+        raise RuntimeError(f"{fmt}: the rendered snapshot is not a prefix of the whole history")
+    (folder / "increment.bin").write_bytes(everything[len(prefix) :])
+    shutil.rmtree(folder / "whole")
+    _record(folder, base, rows)
+
+
 def workload(
     root: Path, fmt: str, events: int, tables: int = 3, seed: int = 7, batch: int = 200_000, say=print
 ) -> Workload:
@@ -101,14 +135,11 @@ def workload(
     folder = root.resolve() / f"{fmt}-e{events}-t{tables}-s{seed}"
     info = _cached(folder)
     if info is None:
-        shutil.rmtree(folder, ignore_errors=True)
         started = time.monotonic()
-        history = history_for(events, tables, seed)
-        rendered = render(history, fmt, folder / "input")
-        _record(folder, rendered, sum(len(t.changes) for t in history.transactions))
-        say(f"  generated {rendered.messages:,} {fmt} messages in {time.monotonic() - started:.0f}s")
+        _in_child(_generate, folder, fmt, events, tables, seed)
         info = _cached(folder)
         assert info is not None
+        say(f"  generated {info['messages']:,} {fmt} messages in {time.monotonic() - started:.0f}s")
     rendered = _from_cache(info)
     conf_path = _write_conf(folder, [rendered], batch)
     return Workload(folder.name, fmt, info["events"], rendered, conf_path, _size(rendered.path))
@@ -139,21 +170,8 @@ def incremental(
     folder = root.resolve() / f"incremental-{fmt}-r{rows}-c{changes}-s{seed}"
     increment_file = folder / "increment.bin"
     if _cached(folder) is None or not increment_file.is_file():
-        shutil.rmtree(folder, ignore_errors=True)
         started = time.monotonic()
-        full = generate_history(
-            tables=1, transactions=math.ceil(changes / CHANGES_PER_TRANSACTION), seed=seed, snapshot_rows=rows
-        )
-        snapshot_only = History(full.tables, [full.transactions[0]])
-        whole = render(full, fmt, folder / "whole")
-        base = render(snapshot_only, fmt, folder / "input")
-        prefix = _files(base.path)[0].read_bytes()
-        everything = _files(whole.path)[0].read_bytes()
-        if not everything.startswith(prefix):
-            raise RuntimeError(f"{fmt}: the rendered snapshot is not a prefix of the whole history")
-        increment_file.write_bytes(everything[len(prefix) :])
-        shutil.rmtree(folder / "whole")
-        _record(folder, base, rows)
+        _in_child(_generate_incremental, folder, fmt, rows, changes, seed)
         say(f"  generated a {rows:,}-row snapshot and {changes:,} changes ({fmt}) in {time.monotonic() - started:.0f}s")
     info = _cached(folder)
     assert info is not None
