@@ -191,6 +191,8 @@ def markdown(results: dict[str, Any], chart_name: str) -> str:
             if isinstance(r, dict):
                 lines.append(f"| {r['tables']} | {r['seconds']} | {r['stages_s']['gold']} |")
         lines += ["", f"Cost ratio (many / one): {t['many_vs_one_cost_ratio']}.", ""]
+    for part, error in results.get("errors", {}).items():
+        lines += [f"**{part} failed:** `{error}`", ""]
     mem = results.get("peak_memory")
     if mem:
         lines += [

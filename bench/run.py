@@ -302,14 +302,22 @@ def main(argv: list[str] | None = None) -> int:
         ("incremental", incremental),
         ("tables", many_tables),
     )
+    failed: list[str] = []
+    latest = report = args.results
     with RssSampler() as sampler:
         for name, part in parts:
-            if name in args.parts:
+            if name not in args.parts:
+                continue
+            try:
                 results[name] = part(spark, sampler, args)
-        results["peak_rss_gib"] = sampler.overall.as_gib()["driver_gib"]
-        results["peak_memory"] = sampler.overall.as_gib()
-    results["seconds"] = round(time.monotonic() - started, 1)
-    results.update(summary(results))
-    latest, report = write_results(results, args.results)
+            except Exception as error:  # a part that fails is reported; the others still count
+                failed.append(name)
+                results.setdefault("errors", {})[name] = f"{type(error).__name__}: {str(error).strip()[:500]}"
+                say(f"{name} failed: {results['errors'][name]}")
+            results["peak_rss_gib"] = sampler.overall.as_gib()["driver_gib"]
+            results["peak_memory"] = sampler.overall.as_gib()
+            results["seconds"] = round(time.monotonic() - started, 1)
+            results.update(summary(results))
+            latest, report = write_results(results, args.results)  # after every part: nothing measured is lost
     say(f"results: {latest} and {report}")
-    return 0
+    return 1 if failed else 0

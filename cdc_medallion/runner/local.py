@@ -121,11 +121,16 @@ class FlowReader:
         done = store.txn_version(self.flow.target, app_id)
         current = store.version(name)
         assert current is not None
-        self.txns[app_id] = current
         if done is not None and done >= current:
+            self.txns[app_id] = current
             return store.read(name).limit(0)
+        # A backlog is read in batches of about max_bytes_per_batch, like bronze lands it, so
+        # memory stays bounded downstream too; the flow loops while `more` is set.
+        upto = store.bounded_version(name, done, current, self.runner.conf.max_bytes_per_batch)
+        self.txns[app_id] = upto
+        self.more = self.more or upto < current
         self.has_new = True
-        return store.read_appended(name, done, current)
+        return store.read_appended(name, done, upto)
 
     def read(self, name: str) -> DataFrame:
         dataset = self.runner.graph.dataset(name)

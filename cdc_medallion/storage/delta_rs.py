@@ -116,6 +116,24 @@ class DeltaRsStore:
             new_files -= set(self.table(name, after_version).file_uris())
         return self._read_files(sorted(new_files), schema)
 
+    def bounded_version(self, name: str, after_version: int | None, up_to: int, max_bytes: int) -> int:
+        """The last version in (after_version, up_to] whose appended files, counted from
+        after_version, stay within `max_bytes` (at least one version): a downstream flow reads
+        a backlog in bounded batches, as bronze lands it, instead of all at once."""
+        first = 0 if after_version is None or after_version < 0 else after_version + 1
+        total, chosen = 0, first
+        for version in range(first, up_to + 1):
+            commit = self.path(name) / "_delta_log" / f"{version:020d}.json"
+            try:
+                lines = commit.read_text(encoding="utf-8").splitlines()
+            except OSError:  # commit file cleaned up: no sizes to go by, read everything
+                return up_to
+            total += sum(json.loads(line).get("add", {}).get("size", 0) for line in lines if '"add"' in line)
+            if total > max_bytes and version > first:
+                return chosen
+            chosen = version
+        return up_to
+
     def count(self, name: str) -> int:
         return self.table(name).count() if self.exists(name) else 0
 
