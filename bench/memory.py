@@ -50,6 +50,14 @@ def _kind(pid: int) -> str:
     return "other"
 
 
+def _is_peer(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return b"flink_peer" in handle.read()
+    except OSError:
+        return False
+
+
 @dataclass
 class Peaks:
     python_driver: int = 0
@@ -101,11 +109,12 @@ class RssSampler:
     def sample(self) -> None:
         tree = _children()
         now = {"python_driver": _rss(os.getpid()), "jvm": 0, "python_workers": 0, "other": 0}
-        stack = list(tree.get(os.getpid(), []))
+        stack = [(pid, False) for pid in tree.get(os.getpid(), [])]
         while stack:
-            pid = stack.pop()
-            stack.extend(tree.get(pid, []))
-            now[_kind(pid)] += _rss(pid)
+            pid, in_peer = stack.pop()
+            in_peer = in_peer or _is_peer(pid)  # the Flink peer and its JVM are not our driver
+            stack.extend((child, in_peer) for child in tree.get(pid, []))
+            now["other" if in_peer else _kind(pid)] += _rss(pid)
         now["total"] = sum(now.values())
         now["driver"] = now["jvm"] + now["python_driver"]
         for peaks in (self.peaks, self.overall):
