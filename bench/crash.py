@@ -10,7 +10,6 @@ Not a test (it takes a while); tests/test_crash_safety.py runs the same drill sm
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import sys
@@ -22,8 +21,8 @@ HERE = Path(__file__).resolve().parent
 
 def main() -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from bench.workloads import history_for
     from cdc_medallion.generator.drill import check, kill_drill
-    from cdc_medallion.generator.history import generate_history
     from cdc_medallion.spark import get_spark
 
     changes = int(os.environ.get("BENCH_CRASH_CHANGES", "300000"))
@@ -35,7 +34,7 @@ def main() -> int:
     def say(line: str) -> None:
         print(f"[crash {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
-    history = generate_history(tables=3, transactions=math.ceil(changes / 2.5), seed=5)
+    history = history_for(changes, tables=3, seed=5)
     # Micro-batches of 5k messages and kill points up to 40: a piece is several batches, so kills
     # land in every layer and in later batches of a run, not only in its first.
     result = kill_drill(history, work, pieces=pieces, seed=9, batch_size=5_000, max_point=40, timeout=3600, say=say)

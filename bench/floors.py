@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from bench.workloads import Workload
+from bench.workloads import Workload, input_files
 
 KAFKA_DUMP = "topic STRING, partition INT, offset BIGINT, timestamp BIGINT, key STRING, value STRING"
 
@@ -37,16 +37,15 @@ class Floors:
     message_parsed: bool  # False: only the Kafka-dump record is parsed (the message is not JSON)
 
 
-def _files(work: Workload) -> list[str]:
-    path = work.rendered.path
-    return [str(path)] if path.is_file() else [str(p) for p in sorted(path.rglob("*")) if p.is_file()]
+def _paths(work: Workload) -> list[str]:
+    return [str(p) for p in input_files(work.rendered.path)]
 
 
 def _message_schema(spark: SparkSession, work: Workload, sample: int = 2000) -> StructType | None:
     if not work.format.endswith("-json"):
         return None
     values = []
-    with open(_files(work)[0], encoding="utf-8") as handle:
+    with open(_paths(work)[0], encoding="utf-8") as handle:
         for line in itertools.islice(handle, sample):
             value = json.loads(line).get("value") if work.rendered.layout == "kafka-dump" else line
             if value is not None:
@@ -58,7 +57,7 @@ def _message_schema(spark: SparkSession, work: Workload, sample: int = 2000) -> 
 
 
 def parsed(spark: SparkSession, work: Workload, schema: StructType | None) -> DataFrame:
-    lines = spark.read.text(_files(work))
+    lines = spark.read.text(_paths(work))
     if work.rendered.layout == "kafka-dump":
         record = F.from_json("value", KAFKA_DUMP)
         df = lines.select(record.alias("r")).select("r.*")
@@ -69,7 +68,7 @@ def parsed(spark: SparkSession, work: Workload, schema: StructType | None) -> Da
 
 
 def measure(spark: SparkSession, work: Workload, scratch: Path) -> Floors:
-    files = _files(work)
+    files = _paths(work)
     spark.read.text(files).count()  # warm the page cache: every floor reads warm files, as we do
     started = time.monotonic()
     spark.read.text(files).count()

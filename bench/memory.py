@@ -37,25 +37,20 @@ def _rss(pid: int) -> int:
         return 0
 
 
-def _kind(pid: int) -> str:
+def _cmdline(pid: int) -> bytes:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            cmdline = handle.read()
+            return handle.read()
     except OSError:
-        return "other"
+        return b""
+
+
+def _kind(cmdline: bytes) -> str:
     if b"java" in cmdline.split(b"\0", 1)[0]:
         return "jvm"
     if b"pyspark" in cmdline or b"daemon" in cmdline or b"worker" in cmdline:
         return "python_workers"
     return "other"
-
-
-def _is_peer(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return b"flink_peer" in handle.read()
-    except OSError:
-        return False
 
 
 @dataclass
@@ -112,9 +107,10 @@ class RssSampler:
         stack = [(pid, False) for pid in tree.get(os.getpid(), [])]
         while stack:
             pid, in_peer = stack.pop()
-            in_peer = in_peer or _is_peer(pid)  # the Flink peer and its JVM are not our driver
+            cmdline = _cmdline(pid)
+            in_peer = in_peer or b"flink_peer" in cmdline  # the Flink peer and its JVM are not our driver
             stack.extend((child, in_peer) for child in tree.get(pid, []))
-            now["other" if in_peer else _kind(pid)] += _rss(pid)
+            now["other" if in_peer else _kind(cmdline)] += _rss(pid)
         now["total"] = sum(now.values())
         now["driver"] = now["jvm"] + now["python_driver"]
         for peaks in (self.peaks, self.overall):

@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 from bench.memory import RssSampler
 from cdc_medallion.config import PipelineConf
 from cdc_medallion.formats import get_format
-from cdc_medallion.layers import bronze_name
+from cdc_medallion.layers import bronze_name, layer_of
 from cdc_medallion.model import EVENT_SCHEMA
 from cdc_medallion.pipeline import RunSummary, run_pipeline
 from cdc_medallion.quality.rules import load_rules
@@ -26,15 +26,7 @@ class PipelineRun:
     memory: dict[str, float] = field(default_factory=dict)
 
 
-def stage_of(target: str) -> str:
-    if target.startswith("bronze_"):
-        return "bronze"
-    if target.startswith("silver_"):
-        return "silver"
-    return "gold"
-
-
-def run(spark: SparkSession, conf: PipelineConf, sampler: RssSampler, say=print) -> PipelineRun:
+def run(spark: SparkSession, conf: PipelineConf, sampler: RssSampler, say=lambda _line: None) -> PipelineRun:
     sampler.reset()
     started = time.monotonic()
     summary: RunSummary = run_pipeline(conf, spark, progress=say, quality=False)
@@ -42,7 +34,7 @@ def run(spark: SparkSession, conf: PipelineConf, sampler: RssSampler, say=print)
     result = PipelineRun(seconds, {"bronze": 0.0, "silver": 0.0, "gold": 0.0}, {"bronze": 0, "silver": 0, "gold": 0})
     for update in summary.updates:
         for flow in update.flows.values():
-            stage = stage_of(flow.target)
+            stage = layer_of(flow.target)
             result.stages[stage] += flow.seconds
             result.rows[stage] += flow.output_rows
     result.memory = sampler.window().as_gib()

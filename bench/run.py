@@ -10,7 +10,6 @@ import argparse
 import datetime as dt
 import os
 import platform
-import shutil
 import statistics
 import sys
 import time
@@ -101,10 +100,9 @@ def per_format(spark, sampler, args) -> dict[str, Any]:
             f"  floors: text {floor.text_count:.1f}s, from_json→noop {floor.from_json_noop:.1f}s, "
             f"→parquet {floor.from_json_parquet:.1f}s"
         )
-        conf = work.fresh_storage()
-        run = ours.run(spark, conf, sampler, say=lambda _line: None)
-        parse = ours.silver_parse(spark, conf)
-        shutil.rmtree(conf.storage, ignore_errors=True)
+        with work.fresh_storage() as conf:
+            run = ours.run(spark, conf, sampler)
+            parse = ours.silver_parse(spark, conf)
         mb = work.bytes / 1e6
         entry = {
             "messages": work.messages,
@@ -146,11 +144,9 @@ def peer(spark, sampler, args) -> dict[str, Any]:
         say(f"peer: {fmt}, one table, {size:,} changes, the same values file for both")
         work = workload(args.work / "inputs", fmt, size, tables=1, say=say)
         values, lines = values_file(work, work.conf_path.parent / "values.json")
-        conf = work.fresh_storage()
-        source = replace(conf.sources[0], input=InputConf(path=values, layout="json-lines"))
-        conf = replace(conf, sources=(source,))
-        run = ours.run(spark, conf, sampler, say=lambda _line: None)
-        shutil.rmtree(conf.storage, ignore_errors=True)
+        with work.fresh_storage() as conf:
+            source = replace(conf.sources[0], input=InputConf(path=values, layout="json-lines"))
+            run = ours.run(spark, replace(conf, sources=(source,)), sampler)
         entry: dict[str, Any] = {"messages": lines, "ours_s": round(run.seconds, 2)}
         if why_not is None:
             flink = run_flink(fmt, values)
@@ -181,9 +177,8 @@ def growth(spark, sampler, args) -> dict[str, Any]:
     for size in sizes:
         say(f"growth: debezium-json at {size:,} changes")
         work = workload(args.work / "inputs", "debezium-json", size, say=say)
-        conf = work.fresh_storage()
-        run = ours.run(spark, conf, sampler, say=lambda _line: None)
-        shutil.rmtree(conf.storage, ignore_errors=True)
+        with work.fresh_storage() as conf:
+            run = ours.run(spark, conf, sampler)
         results[str(size)] = {
             "events": work.events,
             "seconds": round(run.seconds, 2),
@@ -208,11 +203,10 @@ def incremental(spark, sampler, args) -> dict[str, Any]:
     for rows in rows_list:
         say(f"incremental: {changes:,} changes into a gold table of {rows:,} rows")
         work = make(args.work / "inputs", "debezium-json", rows, changes, say=say)
-        conf = work.base.fresh_storage()
-        load = ours.run(spark, conf, sampler, say=lambda _line: None)
-        work.append_increment()
-        run = ours.run(spark, conf, sampler, say=lambda _line: None)
-        shutil.rmtree(conf.storage, ignore_errors=True)
+        with work.base.fresh_storage() as conf:
+            load = ours.run(spark, conf, sampler)
+            work.append_increment()
+            run = ours.run(spark, conf, sampler)
         results[str(rows)] = {
             "rows": rows,
             "changes": changes,
@@ -241,9 +235,8 @@ def many_tables(spark, sampler, args) -> dict[str, Any]:
     for tables in (1, args.tables):
         say(f"tables: {total:,} changes over {tables} table(s)")
         work = workload(args.work / "inputs", "debezium-json", total, tables=tables, say=say)
-        conf = work.fresh_storage()
-        run = ours.run(spark, conf, sampler, say=lambda _line: None)
-        shutil.rmtree(conf.storage, ignore_errors=True)
+        with work.fresh_storage() as conf:
+            run = ours.run(spark, conf, sampler)
         results[str(tables)] = {"tables": tables, "events": work.events, "seconds": round(run.seconds, 2)}
         results[str(tables)]["stages_s"] = {k: round(v, 2) for k, v in run.stages.items()}
         say(f"  {run.seconds:.1f}s (gold {run.stages['gold']:.1f}s)")

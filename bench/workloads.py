@@ -11,6 +11,8 @@ import math
 import multiprocessing
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,18 +44,23 @@ class Workload:
     def conf(self) -> PipelineConf:
         return load_conf(self.conf_path)
 
-    def fresh_storage(self) -> PipelineConf:
+    @contextmanager
+    def fresh_storage(self) -> Iterator[PipelineConf]:
+        """The conf over an empty storage, removed again afterwards (inputs run to gigabytes)."""
         conf = self.conf()
         shutil.rmtree(conf.storage, ignore_errors=True)
-        return conf
+        try:
+            yield conf
+        finally:
+            shutil.rmtree(conf.storage, ignore_errors=True)
 
 
-def _files(path: Path) -> list[Path]:
+def input_files(path: Path) -> list[Path]:
     return [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
 
 
 def _size(path: Path) -> int:
-    return sum(p.stat().st_size for p in _files(path))
+    return sum(p.stat().st_size for p in input_files(path))
 
 
 def _write_conf(folder: Path, rendered: list[RenderedSource], batch: int) -> Path:
@@ -119,8 +126,8 @@ def _generate_incremental(folder: Path, fmt: str, rows: int, changes: int, seed:
     snapshot_only = History(full.tables, [full.transactions[0]])
     whole = render(full, fmt, folder / "whole")
     base = render(snapshot_only, fmt, folder / "input")
-    prefix = _files(base.path)[0].read_bytes()
-    everything = _files(whole.path)[0].read_bytes()
+    prefix = input_files(base.path)[0].read_bytes()
+    everything = input_files(whole.path)[0].read_bytes()
     if not everything.startswith(prefix):
         raise RuntimeError(f"{fmt}: the rendered snapshot is not a prefix of the whole history")
     (folder / "increment.bin").write_bytes(everything[len(prefix) :])
@@ -177,7 +184,7 @@ def incremental(
     assert info is not None
     rendered = _from_cache(info)
     # The input is appended to by a run; start every measurement from the snapshot alone.
-    base_file = _files(rendered.path)[0]
+    base_file = input_files(rendered.path)[0]
     pristine = folder / "snapshot.bin"
     if not pristine.is_file():
         shutil.copyfile(base_file, pristine)
@@ -194,7 +201,7 @@ def values_file(work: Workload, out: Path) -> tuple[Path, int]:
         return out, sum(1 for _ in out.open("rb"))
     lines = 0
     with out.open("w", encoding="utf-8") as sink:
-        for path in _files(work.rendered.path):
+        for path in input_files(work.rendered.path):
             with path.open(encoding="utf-8") as handle:
                 for line in handle:
                     record = json.loads(line)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cdc_medallion.config import InputConf, PipelineConf, SourceConf, TableConf
+from cdc_medallion.config import DEFAULT_MAX_MESSAGES_PER_BATCH, InputConf, PipelineConf, SourceConf, TableConf
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats import format_names, get_format
 from cdc_medallion.identifiers import is_safe_identifier
@@ -53,7 +53,7 @@ def adhoc_conf(
     layout: str | None = None,
     topic: str | None = None,
     options: list[str] | None = None,
-    max_messages_per_batch: int = 200_000,
+    max_messages_per_batch: int = DEFAULT_MAX_MESSAGES_PER_BATCH,
 ) -> PipelineConf:
     if fmt not in format_names():
         raise ConfigError(f"--format {fmt!r}: unknown format (known: {', '.join(format_names())})")

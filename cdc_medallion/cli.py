@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cdc_medallion.catalog import dataset_entry, dataset_status, read_dataset
+from cdc_medallion.config import DEFAULT_MAX_MESSAGES_PER_BATCH
 from cdc_medallion.errors import CdcMedallionError, ConfigError, ExpectationFailed
 
 DEFAULT_CONF = "conf/local.yml"
@@ -65,7 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     ingest.add_argument("--layout", choices=["json-lines", "kafka-dump", "files"], help="default: detected")
     ingest.add_argument("--topic", help="topic name for json-lines input (some formats take the table from it)")
     ingest.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", help="format option")
-    ingest.add_argument("--batch-size", type=int, default=200_000, help="messages landed per micro-batch")
+    ingest.add_argument(
+        "--batch-size", type=int, default=DEFAULT_MAX_MESSAGES_PER_BATCH, help="messages landed per micro-batch"
+    )
     ingest.add_argument("--full-refresh", action="store_true")
     ingest.add_argument("--quiet", action="store_true")
     generate = commands.add_parser("generate", help="write a simulated database history in every format")
@@ -216,26 +220,6 @@ def _storage_of(args: argparse.Namespace) -> Path:
     return load_conf(args.conf).storage
 
 
-def dataset_status(storage: Path) -> list[dict[str, Any]]:
-    """One object per dataset: name, layer, rows, path (+ source_table, scd_type for gold)."""
-    from cdc_medallion.storage.delta_rs import DeltaRsStore
-
-    if not storage.is_dir():
-        raise ConfigError(f"storage {storage} does not exist: run the pipeline first")
-    store = DeltaRsStore.__new__(DeltaRsStore)  # no Spark needed to list tables
-    store.root = storage.resolve()
-    entries = []
-    for info in store.datasets():
-        layer = info.properties.get("layer") or ("system" if "/_system/" in info.path else "unknown")
-        entry: dict[str, Any] = {"name": info.name, "layer": layer, "rows": info.rows, "path": info.path}
-        if layer == "gold":
-            entry["source_table"] = info.properties.get("source_table")
-            entry["scd_type"] = int(info.properties.get("scd_type", "1"))
-        entries.append(entry)
-    order = {"bronze": 0, "silver": 1, "quarantine": 2, "gold": 3, "system": 4}
-    return sorted(entries, key=lambda e: (order.get(e["layer"], 5), e["name"]))
-
-
 def _status(args: argparse.Namespace) -> int:
     entries = dataset_status(_storage_of(args))
     if args.json:
@@ -264,16 +248,11 @@ def _jsonable(value: Any) -> Any:
 
 def _show(args: argparse.Namespace) -> int:
     from cdc_medallion.spark import get_spark
-    from cdc_medallion.storage.delta_rs import DeltaRsStore
 
     storage = _storage_of(args)
-    names = {e["name"]: e for e in dataset_status(storage)}
-    if args.dataset not in names:
-        raise ConfigError(f"no dataset {args.dataset!r} in {storage} (have: {', '.join(sorted(names))})")
-    store = DeltaRsStore(storage, get_spark())
-    path = Path(names[args.dataset]["path"])
-    name = args.dataset if path.parent == store.root else f"{path.parent.name}/{args.dataset}"
-    df = store.read(name)
+    status = dataset_status(storage)
+    dataset_entry(status, args.dataset, storage)  # an unknown name fails before Spark starts
+    df = read_dataset(get_spark(), storage, args.dataset, status)
     sortable = [f.name for f in df.schema.fields if f.dataType.typeName() not in ("map", "array", "struct", "binary")]
     rows = [_jsonable(r.asDict(recursive=True)) for r in df.orderBy(*sortable).limit(args.limit).collect()]
     if args.json:

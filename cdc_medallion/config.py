@@ -24,6 +24,12 @@ INPUT_LAYOUTS = ("json-lines", "kafka-dump", "files")
 SPARK_CONF_KEY = "cdc_medallion.conf"
 
 
+# Micro-batch limits, whichever is reached first; the byte bound keeps memory flat however big a
+# backlog or a message is (Debezium messages with schemas run to kilobytes).
+DEFAULT_MAX_MESSAGES_PER_BATCH = 200_000
+DEFAULT_MAX_BYTES_PER_BATCH = 128 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class InputConf:
     """Where a source's messages are read from locally (Kafka on Databricks: see the bundle)."""
@@ -76,9 +82,8 @@ class PipelineConf:
     expectations: Path | None
     sources: tuple[SourceConf, ...]
     tables: tuple[TableConf, ...] = ()
-    max_messages_per_batch: int = 200_000
-    # Bounds memory whatever the message size (Debezium messages with schemas run to kilobytes).
-    max_bytes_per_batch: int = 128 * 1024 * 1024
+    max_messages_per_batch: int = DEFAULT_MAX_MESSAGES_PER_BATCH
+    max_bytes_per_batch: int = DEFAULT_MAX_BYTES_PER_BATCH
     conf_file: Path | None = None
 
     def source(self, name: str) -> SourceConf:
@@ -266,8 +271,8 @@ def load_conf(path: str | os.PathLike[str]) -> PipelineConf:
         storage=_resolve(base, pipeline.get("storage", str, required=True)),
         transformations=_resolve(base, pipeline.get("transformations", str, default="../transformations")),
         expectations=_resolve(base, pipeline.get("expectations", str, default="../expectations")),
-        max_messages_per_batch=pipeline.get("max_messages_per_batch", int, default=200_000),
-        max_bytes_per_batch=pipeline.get("max_bytes_per_batch", int, default=128 * 1024 * 1024),
+        max_messages_per_batch=pipeline.get("max_messages_per_batch", int, default=DEFAULT_MAX_MESSAGES_PER_BATCH),
+        max_bytes_per_batch=pipeline.get("max_bytes_per_batch", int, default=DEFAULT_MAX_BYTES_PER_BATCH),
         sources=tuple(sources),
         tables=tables,
         conf_file=file,

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from cdc_medallion.adhoc import adhoc_conf
-from cdc_medallion.cli import dataset_status
+from cdc_medallion.catalog import dataset_status, gold_dataset, read_dataset
 from cdc_medallion.formats import get_format
 from cdc_medallion.formats.message import BronzeMessage
 from cdc_medallion.pipeline import RunSummary, run_pipeline
-from cdc_medallion.storage.delta_rs import DeltaRsStore
 
 
 def ingest(
@@ -47,18 +46,14 @@ def datasets(storage: Path) -> dict[str, dict[str, Any]]:
 
 
 def gold_name(storage: Path, source_table: str, scd_type: int) -> str:
-    for entry in dataset_status(storage):
-        same_table = entry["layer"] == "gold" and entry["source_table"].lower() == source_table.lower()
-        if same_table and entry["scd_type"] == scd_type:
-            return entry["name"]
-    raise AssertionError(f"no SCD{scd_type} gold table for {source_table} in {storage}: {dataset_status(storage)}")
+    status = dataset_status(storage)
+    name = gold_dataset(status, source_table, scd_type)
+    assert name is not None, f"no SCD{scd_type} gold table for {source_table} in {storage}: {status}"
+    return name
 
 
 def read_rows(spark: Any, storage: Path, name: str) -> list[dict[str, Any]]:
-    store = DeltaRsStore(storage, spark)
-    path = Path(datasets(storage)[name]["path"])
-    qualified = name if path.parent == store.root else f"{path.parent.name}/{name}"
-    return [r.asDict(recursive=True) for r in store.read(qualified).collect()]
+    return [r.asDict(recursive=True) for r in read_dataset(spark, storage, name).collect()]
 
 
 def gold_rows(spark: Any, storage: Path, source_table: str, scd_type: int = 1) -> list[dict[str, Any]]:

@@ -71,6 +71,7 @@ def test_a_backlog_flows_through_every_layer_in_bounded_batches(spark, tmp_path)
 
     summary = run_pipeline(conf, spark=spark)
 
+    assert all(f.seconds > 0 for u in summary.updates for f in u.flows.values() if f.batches)
     batches: dict[str, int] = {}
     for update in summary.updates:  # bronze and silver run in the first update, gold in the second
         for flow in update.flows.values():
@@ -81,3 +82,18 @@ def test_a_backlog_flows_through_every_layer_in_bounded_batches(spark, tmp_path)
     for table in rendered.keys:
         assert not diff_scd1(history, table, gold_rows(spark, conf.storage, table, 1))
         assert not diff_scd2(history, table, gold_rows(spark, conf.storage, table, 2))
+
+
+def test_a_missing_input_is_reported_not_silently_empty(spark, tmp_path):
+    from cdc_medallion.adhoc import adhoc_conf
+    from cdc_medallion.pipeline import run_pipeline
+
+    feed = tmp_path / "later.jsonl"
+    feed.write_text("")  # the conf is checked against an existing path; then the path goes away
+    conf = adhoc_conf("debezium-json", feed, tmp_path / "storage", [], [])
+    feed.unlink()
+    lines: list[str] = []
+
+    run_pipeline(conf, spark=spark, progress=lines.append)
+
+    assert any(f"input {feed} does not exist (yet): nothing to land" in line for line in lines), lines

@@ -42,11 +42,9 @@ class DrillResult:
     def stages(self) -> Counter[str]:
         """Kills per layer: bronze, silver, gold (from the dataset each kill point names)."""
 
-        def layer(kill: str) -> str:
-            dataset = kill.split()[-1].strip("()")
-            return next((name for name in ("bronze", "silver") if dataset.startswith(name)), "gold")
+        from cdc_medallion.layers import layer_of
 
-        return Counter(layer(kill) for kill in self.kills)
+        return Counter(layer_of(kill.split()[-1].strip("()")) for kill in self.kills)
 
 
 def kill_drill(
@@ -98,22 +96,19 @@ def kill_drill(
 
 def check(spark: Any, history: History, result: DrillResult) -> list[str]:
     """What is wrong with the storage after the drill, as readable lines (empty: nothing)."""
-    from cdc_medallion.cli import dataset_status
-    from cdc_medallion.storage.delta_rs import DeltaRsStore
+    from cdc_medallion.catalog import dataset_status, gold_dataset, read_dataset
 
-    store = DeltaRsStore(result.storage, spark)
-    status = {e["name"]: e for e in dataset_status(result.storage)}
+    entries = dataset_status(result.storage)
+    status = {e["name"]: e for e in entries}
 
-    def rows(name: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
-        path = Path(status[name]["path"])
-        df = store.read(name if path.parent == store.root else f"{path.parent.name}/{name}")
+    def rows(name: str | None, columns: list[str] | None = None) -> list[dict[str, Any]]:
+        if name is None:
+            return []
+        df = read_dataset(spark, result.storage, name, entries)
         return [r.asDict(recursive=True) for r in (df.select(*columns) if columns else df).collect()]
 
     def gold(table: str, scd: int) -> list[dict[str, Any]]:
-        for entry in status.values():
-            if entry["layer"] == "gold" and entry["source_table"] == table and entry["scd_type"] == scd:
-                return rows(entry["name"])
-        return []
+        return rows(gold_dataset(entries, table, scd))
 
     problems: list[str] = []
     for table in result.rendered.keys:

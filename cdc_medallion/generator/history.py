@@ -51,11 +51,13 @@ class History:
     tables: list[TableSpec]
     transactions: list[Transaction] = field(default_factory=list)
 
+    _by_name: dict[str, TableSpec] = field(default_factory=dict, init=False, repr=False, compare=False)
+
     def table(self, name: str) -> TableSpec:
-        by_name = self.__dict__.get("_by_name")
-        if by_name is None or len(by_name) != len(self.tables):
-            by_name = self.__dict__["_by_name"] = {t.name: t for t in self.tables}
-        return by_name[name]
+        spec = self._by_name.get(name)  # looked up once per change: a dict, not a scan, at 1M changes
+        if spec is None:
+            spec = self._by_name[name] = next(t for t in self.tables if t.name == name)
+        return spec
 
     def columns_at_end(self, table: str) -> list[Column]:
         spec = self.table(table)

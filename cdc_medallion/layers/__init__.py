@@ -15,6 +15,12 @@ def silver_name(source: str) -> str:
     return dataset_name("silver", source)
 
 
+def layer_of(dataset: str) -> str:
+    """bronze, silver (side tables and quarantines included) or gold (with its `_state/` tables),
+    read off a dataset's name: what progress lines and kill points name."""
+    return next((layer for layer in ("bronze", "silver") if dataset.startswith(f"{layer}_")), "gold")
+
+
 def define_all(conf: PipelineConf) -> None:
     """Every layer, in order (used where there is no transformations folder, e.g. `ingest`)."""
     from cdc_medallion.layers import bronze, gold, silver

@@ -159,7 +159,7 @@ def heartbeat_lag(heartbeats: DataFrame) -> list[HeartbeatLag]:
 
 
 def table_state_from_storage(storage: Path, spark: Any) -> TableState:
-    from cdc_medallion.cli import dataset_status
+    from cdc_medallion.catalog import dataset_status
     from cdc_medallion.quality.accounting import account_source
     from cdc_medallion.storage.delta_rs import DeltaRsStore
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from cdc_medallion.config import SourceConf
+from cdc_medallion.config import DEFAULT_MAX_BYTES_PER_BATCH, SourceConf
 from cdc_medallion.model import BRONZE_SCHEMA
 from cdc_medallion.storage.delta_rs import arrow_schema
 
@@ -47,7 +47,7 @@ def _file_id(path: Path) -> str:
 class FileLanding:
     """Reads the messages of one source's input that are not landed yet."""
 
-    def __init__(self, source: SourceConf, max_messages: int, max_bytes: int = 128 * 1024 * 1024) -> None:
+    def __init__(self, source: SourceConf, max_messages: int, max_bytes: int = DEFAULT_MAX_BYTES_PER_BATCH) -> None:
         if source.input is None:
             raise ValueError(f"source {source.name!r} has no local input")
         self.source = source
