@@ -8,16 +8,20 @@ and are reported as unconfigured otherwise.
 
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cdc_medallion.config import PipelineConf, TableConf
 from cdc_medallion.formats.values import widen
 from cdc_medallion.layers import silver_name
 from cdc_medallion.model import KIND_CHANGE, KIND_KEY
-from cdc_medallion.storage.delta_rs import DeltaRsStore
+from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore
 
 
 @dataclass
@@ -39,21 +43,69 @@ class Discovery:
 
 
 def seen_tables(store: DeltaRsStore, conf: PipelineConf) -> list[SeenTable]:
-    seen: dict[tuple[str, str | None, str], SeenTable] = {}
+    seen: list[SeenTable] = []
     for source in conf.sources:
         name = silver_name(source.name)
-        if not store.exists(name):
-            continue
-        events = (
-            store.read(name)
-            .filter(F.col("kind").isin(KIND_CHANGE, KIND_KEY) & F.col("source_table").isNotNull())
-            .select(
-                F.coalesce("source_schema", "source_db").alias("schema"),
-                "source_table",
-                "key_columns",
-                "column_types",
-                F.coalesce("after", "before").alias("image"),
-            )
+        if store.exists(name):
+            seen += _SourceScan.load(store, source.name, name).advance().save().tables()
+    return seen
+
+
+@dataclass
+class _SourceScan:
+    """What one source's silver has shown so far, and up to which version.
+
+    Kept in `_state/_discovery/` so each update scans only the silver rows appended since the
+    last one: discovery then costs what a batch adds, not what silver holds. It is derived data;
+    a scan that finds it missing, unreadable or from another table (a dropped silver) starts over.
+    """
+
+    store: DeltaRsStore
+    source: str
+    silver: str
+    table_id: str | None = None
+    version: int | None = None
+    columns: dict[tuple[str | None, str], dict[str, tuple[str | None, int]]] = field(default_factory=dict)
+    keys: dict[tuple[str | None, str], tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, store: DeltaRsStore, source: str, silver: str) -> _SourceScan:
+        scan = cls(store, source, silver)
+        try:
+            saved = json.loads(scan.path.read_text(encoding="utf-8"))
+            for entry in saved["tables"]:
+                ident = (entry["schema"], entry["table"])
+                scan.columns[ident] = {c: (t, pos) for c, t, pos in entry["columns"]}
+                if entry["keys"]:
+                    scan.keys[ident] = tuple(entry["keys"])
+            scan.table_id, scan.version = saved["table_id"], saved["version"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return cls(store, source, silver)
+        return scan
+
+    @property
+    def path(self) -> Path:
+        return self.store.root / STATE_DIR / "_discovery" / f"{self.silver}.json"
+
+    def advance(self) -> _SourceScan:
+        table = self.store.table(self.silver)
+        table_id, current = table.metadata().id, table.version()
+        if table_id != self.table_id or self.version is None or self.version > current:
+            self.columns.clear()
+            self.keys.clear()
+            self.version = None
+        if self.version != current:
+            self._scan(self.store.read_appended(self.silver, self.version, current))
+        self.table_id, self.version = table_id, current
+        return self
+
+    def _scan(self, silver: DataFrame) -> None:
+        events = silver.filter(F.col("kind").isin(KIND_CHANGE, KIND_KEY) & F.col("source_table").isNotNull()).select(
+            F.coalesce("source_schema", "source_db").alias("schema"),
+            "source_table",
+            "key_columns",
+            "column_types",
+            F.coalesce("after", "before").alias("image"),
         )
         columns = (
             events.select(
@@ -70,21 +122,42 @@ def seen_tables(store: DeltaRsStore, conf: PipelineConf) -> list[SeenTable]:
             .agg(F.first("key_columns").alias("keys"))
             .collect()
         )
-        positions: dict[tuple[str | None, str], dict[str, int]] = defaultdict(dict)
         for row in columns:
-            ident = (source.name, row["schema"], row["source_table"])
-            table = seen.setdefault(ident, SeenTable(source.name, row["schema"], row["source_table"]))
-            table.columns[row["column"]] = widen(table.columns.get(row["column"]), row["type"])
-            place = positions[(row["schema"], row["source_table"])]
-            place[row["column"]] = min(place.get(row["column"], row["pos"]), row["pos"])
-        for table in seen.values():
-            place = positions[(table.schema, table.table)]
-            table.columns = dict(sorted(table.columns.items(), key=lambda item: place.get(item[0], 0)))
+            known = self.columns.setdefault((row["schema"], row["source_table"]), {})
+            old_type, old_pos = known.get(row["column"], (None, row["pos"]))
+            known[row["column"]] = (widen(old_type, row["type"]), min(old_pos, row["pos"]))
         for row in keys:
-            ident = (source.name, row["schema"], row["source_table"])
-            table = seen.setdefault(ident, SeenTable(source.name, row["schema"], row["source_table"]))
-            table.keys = tuple(row["keys"])
-    return list(seen.values())
+            self.keys.setdefault((row["schema"], row["source_table"]), tuple(row["keys"]))
+
+    def save(self) -> _SourceScan:
+        idents = sorted(set(self.columns) | set(self.keys), key=lambda i: (i[0] or "", i[1]))
+        saved = {
+            "table_id": self.table_id,
+            "version": self.version,
+            "tables": [
+                {
+                    "schema": schema,
+                    "table": table,
+                    "columns": [[c, t, pos] for c, (t, pos) in self.columns.get((schema, table), {}).items()],
+                    "keys": list(self.keys.get((schema, table), ())),
+                }
+                for schema, table in idents
+            ],
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".tmp")
+        partial.write_text(json.dumps(saved), encoding="utf-8")
+        os.replace(partial, self.path)  # a crash leaves the old file or the new one, never half
+        return self
+
+    def tables(self) -> list[SeenTable]:
+        found = []
+        for ident in sorted(set(self.columns) | set(self.keys), key=lambda i: (i[0] or "", i[1])):
+            columns = sorted(self.columns.get(ident, {}).items(), key=lambda item: item[1][1])
+            found.append(
+                SeenTable(self.source, ident[0], ident[1], {c: t for c, (t, _) in columns}, self.keys.get(ident, ()))
+            )
+        return found
 
 
 def discover(store: DeltaRsStore, conf: PipelineConf) -> Discovery:

@@ -62,7 +62,8 @@ def test_the_history_exercises_every_kind_of_change():
 
 @pytest.mark.parametrize("fmt", sorted(f for f in RENDERERS if f != "dts-avro"))
 def test_gold_equals_ground_truth_under_chaos(spark, tmp_path, fmt):
-    """Redelivered messages, interleaved partitions, 1% garbage, and the stream cut into 3 runs."""
+    """Redelivered messages, interleaved partitions, 1% garbage, and the stream cut into 2 runs
+    (resuming mid-stream; the crash test resumes 20+ times)."""
     rendered = render(HISTORY, fmt, tmp_path / "clean")
     rnd = random.Random(5)
     lines = rendered.path.read_text(encoding="utf-8").split("\n")[:-1]  # one message per "\n"-ended line
@@ -71,7 +72,7 @@ def test_gold_equals_ground_truth_under_chaos(spark, tmp_path, fmt):
     feed.parent.mkdir()
     storage = tmp_path / "storage"
     chaotic = dataclasses.replace(rendered, path=feed)
-    for piece in chaos.cuts(noisy, rnd, 3):
+    for piece in chaos.cuts(noisy, rnd, 2):
         with feed.open("a", encoding="utf-8") as handle:
             handle.write("".join(line + "\n" for line in piece))
         ingest_rendered(spark, chaotic, storage)

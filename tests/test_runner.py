@@ -99,6 +99,43 @@ def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path):
     assert {r["id"]: r["name"] for r in read_rows(spark, storage, "people")} == {3: "cy"}
 
 
+@pytest.mark.parametrize("broadcast_keys", [2_000_000, 0], ids=["keys-broadcast", "keys-shuffled"])
+def test_a_batch_rebuilds_only_the_keys_it_touches_by_either_join(spark, tmp_path, monkeypatch, broadcast_keys):
+    """Small batches ship their keys to the target scan; huge ones shuffle. Both give DLT's result."""
+    from cdc_medallion.runner import auto_cdc
+
+    monkeypatch.setattr(auto_cdc, "BROADCAST_KEYS", broadcast_keys)
+    runner, storage = make_pipeline(
+        tmp_path,
+        """
+        dp.create_streaming_table("people")
+        dp.create_auto_cdc_flow(target="people", source="changes", keys=["id"], sequence_by="seq",
+                                apply_as_deletes="op = 'D'", except_column_list=["op", "seq"])
+        dp.create_streaming_table("people_history")
+        dp.create_auto_cdc_flow(target="people_history", source="changes", keys=["id"], sequence_by="seq",
+                                apply_as_deletes="op = 'D'", except_column_list=["op", "seq"],
+                                stored_as_scd_type=2)
+    """,
+        [row(1, 1, "ann"), row(2, 2, "bob"), row(3, 3, "cy")],
+    )
+    runner.update()
+    append(tmp_path, [row(2, 5, "bo"), row(3, 6, op="D"), row(2, 4, "late"), row(4, 7, "di")])
+    runner.update()
+    current = {r["id"]: (r["name"], r["__sequence"]) for r in read_rows(spark, storage, "people")}
+    assert current == {1: ("ann", 1), 2: ("bo", 5), 4: ("di", 7)}  # 1 untouched, 3 deleted
+    rows = read_rows(spark, storage, "people_history")
+    history = [(r["id"], r["name"], r["__START_AT"], r["__END_AT"]) for r in rows]
+    history.sort(key=lambda version: (version[0], version[2]))
+    assert history == [
+        (1, "ann", 1, None),
+        (2, "bob", 2, 4),
+        (2, "late", 4, 5),  # the late event is placed between the versions it falls between
+        (2, "bo", 5, None),
+        (3, "cy", 3, 6),
+        (4, "di", 7, None),
+    ]
+
+
 def test_expect_or_fail_aborts_with_nothing_committed(spark, tmp_path):
     runner, storage = make_pipeline(
         tmp_path,

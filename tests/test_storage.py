@@ -29,6 +29,25 @@ def test_append_records_progress_atomically_and_checks_schema(spark, storage):
     assert store.txn_version("t", "flow<-src") == 5 and store.count("t") == 2
 
 
+def test_a_backlog_is_read_in_steps_bounded_by_rows_as_well_as_bytes(spark, storage):
+    store = DeltaRsStore(storage, spark)
+    for version, count in enumerate([3, 4, 5, 1]):  # versions 0..3 (the first append creates the table)
+        batch = spark.createDataFrame([(i, "x") for i in range(count)], SCHEMA)
+        store.append("t", batch, {"flow<-src": version})
+    last = store.version("t")
+    assert last is not None
+    assert store.bounded_version("t", None, last, max_bytes=10**9) == last  # bytes alone: all at once
+    assert store.bounded_version("t", None, last, max_bytes=10**9, max_rows=7) == store.bounded_version(
+        "t", None, last, max_bytes=10**9, max_rows=8
+    )
+    first = store.bounded_version("t", None, last, max_bytes=10**9, max_rows=7)
+    second = store.bounded_version("t", first, last, max_bytes=10**9, max_rows=7)
+    assert store.read_appended("t", None, first).count() == 7  # 3 + 4: a fifth row more would exceed 7
+    assert store.read_appended("t", first, second).count() == 6  # 5 + 1
+    created = first - 2  # the empty commit that created the table
+    assert store.bounded_version("t", created, last, max_bytes=10**9, max_rows=1) == created + 1  # one version at least
+
+
 def test_dataset_names_cannot_leave_the_storage_root(spark, storage):
     store = DeltaRsStore(storage, spark)
     for hostile in ("../../x", "t; DROP TABLE y", "a/b", "", "_system/../../x"):

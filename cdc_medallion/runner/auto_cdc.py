@@ -30,6 +30,7 @@ SEQ, DELETE, TRUNCATE, PRESENT, ORIGIN = "__seq", "__is_delete", "__is_truncate"
 SCD1_SEQUENCE = "__sequence"
 START_AT, END_AT = "__START_AT", "__END_AT"
 ACTION = "__action"
+BROADCAST_KEYS = 2_000_000  # batches are byte-bounded, so a batch's keys are far fewer in practice
 
 
 @dataclass
@@ -165,8 +166,13 @@ class AutoCdcApplier:
             affected = target.select(*keys).union(events.select(*keys)).distinct()
         else:
             affected = events.select(*keys).distinct()
-        affected.persist()
+        cached = affected.persist()
         try:
+            # The keys a batch touches are few next to the table's: shipping them to every task
+            # filters the target as it is read, instead of shuffling the whole target to meet
+            # them, so a batch costs what it touches rather than what the table holds.
+            if cached.count() <= BROADCAST_KEYS:
+                affected = F.broadcast(cached)
             history = self._existing_events(target, state, affected, columns)
             everything = events.withColumn(ORIGIN, F.lit(1)).unionByName(history)
             if all_truncates:
@@ -192,7 +198,7 @@ class AutoCdcApplier:
             else:
                 result = self._write_scd2(filled, columns, target, affected, txns, new_truncates)
         finally:
-            affected.unpersist()
+            cached.unpersist()
         return result
 
     def _existing_events(

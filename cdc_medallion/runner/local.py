@@ -124,9 +124,10 @@ class FlowReader:
         if done is not None and done >= current:
             self.txns[app_id] = current
             return store.read(name).limit(0)
-        # A backlog is read in batches of about max_bytes_per_batch, like bronze lands it, so
+        # A backlog is read in batches of about max_bytes/max_messages_per_batch, as bronze lands it, so
         # memory stays bounded downstream too; the flow loops while `more` is set.
-        upto = store.bounded_version(name, done, current, self.runner.conf.max_bytes_per_batch)
+        conf = self.runner.conf
+        upto = store.bounded_version(name, done, current, conf.max_bytes_per_batch, conf.max_messages_per_batch)
         self.txns[app_id] = upto
         self.more = self.more or upto < current
         self.has_new = True
@@ -157,7 +158,9 @@ class FlowReader:
         self.bytes_read += batch.bytes_read
         if batch.rows:
             self.has_new = True
-        return self.runner.spark.createDataFrame(batch.to_arrow(), schema=BRONZE_SCHEMA)
+        if not batch.rows:
+            return self.runner.spark.createDataFrame([], schema=BRONZE_SCHEMA)
+        return self.runner.store.stage(batch.to_arrow(), BRONZE_SCHEMA)
 
     def _view(self, dataset: Dataset) -> DataFrame:
         assert dataset.query is not None
@@ -194,6 +197,7 @@ class LocalRunner:
             if full_refresh:
                 self.progress(f"full refresh: clearing {self.store.root}")
                 self.store.drop_all()
+            self.store.clear_staged()  # left by a run that crashed: its batch lands again
             self.graph = load_graph(self.conf)
             update_id = uuid.uuid4().hex
             self.result = UpdateResult(update_id=update_id)
@@ -255,6 +259,7 @@ class LocalRunner:
                         self._append(flow, batch, reader, result)
             finally:
                 result.seconds += time.monotonic() - started
+                self.store.clear_staged()  # the batch committed or failed: its staged input goes
             if not reader.more:
                 return
 

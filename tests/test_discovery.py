@@ -1,0 +1,64 @@
+"""Discovery of tables, columns and keys from silver: incremental, and the same as a full scan."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from cdc_medallion.adhoc import adhoc_conf
+from cdc_medallion.discovery import discover
+from cdc_medallion.generator.database import ADDED_COLUMN
+from cdc_medallion.generator.history import generate_history
+from cdc_medallion.generator.renderers import render
+from cdc_medallion.layers import silver_name
+from cdc_medallion.pipeline import run_pipeline
+from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore
+
+
+def _split_feed(path: Path) -> bytes:
+    """Keep the first half of a one-message-per-line feed in place; return the rest."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    half = len(lines) // 2
+    path.write_bytes(b"".join(lines[:half]))
+    return b"".join(lines[half:])
+
+
+def test_discovery_scans_only_new_silver_and_agrees_with_a_full_scan(spark, tmp_path):
+    history = generate_history(tables=3, transactions=80, seed=5)  # its DDL adds a column late on
+    rendered = render(history, "debezium-json", tmp_path / "in")
+    assert rendered.path.is_file()
+    rest = _split_feed(rendered.path)
+    conf = adhoc_conf("debezium-json", rendered.path, tmp_path / "storage", [], [])
+    store = DeltaRsStore(conf.storage, spark)
+    cache = conf.storage / STATE_DIR / "_discovery" / f"{silver_name(conf.sources[0].name)}.json"
+
+    first = run_pipeline(conf, spark=spark)
+    with rendered.path.open("ab") as feed:
+        feed.write(rest)
+    second = run_pipeline(conf, spark=spark)
+
+    saved = json.loads(cache.read_text(encoding="utf-8"))
+    assert saved["version"] == store.version(silver_name(conf.sources[0].name))  # scanned up to silver's end
+    added = [t for t in second.discovery.tables if ADDED_COLUMN.name in t.columns]
+    assert added and not [t for t in first.discovery.tables if ADDED_COLUMN.name in t.columns]
+    shutil.rmtree(cache.parent)
+    assert discover(store, conf) == second.discovery  # a full scan finds exactly what the steps found
+
+
+def test_a_discovery_cache_from_another_silver_is_not_trusted(spark, tmp_path):
+    history = generate_history(tables=1, transactions=10, seed=2)
+    rendered = render(history, "debezium-json", tmp_path / "in")
+    conf = adhoc_conf("debezium-json", rendered.path, tmp_path / "storage", [], [])
+    run_pipeline(conf, spark=spark)
+    store = DeltaRsStore(conf.storage, spark)
+    cache = conf.storage / STATE_DIR / "_discovery" / f"{silver_name(conf.sources[0].name)}.json"
+    saved = json.loads(cache.read_text(encoding="utf-8"))
+    honest = discover(store, conf)
+
+    saved["table_id"] = "a-silver-that-was-dropped"
+    saved["tables"][0]["columns"].append(["ghost", "string", 99])
+    cache.write_text(json.dumps(saved), encoding="utf-8")
+    assert discover(store, conf) == honest
+    cache.write_text("{not json", encoding="utf-8")
+    assert discover(store, conf) == honest
