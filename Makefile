@@ -24,7 +24,7 @@ run: $(STAMP)
 
 test: $(STAMP) browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=15
 
 # The quality report's browser test drives Debian's Chromium. Installed only when missing; where it
 # cannot be (not root, no apt), the test skips and says why.

@@ -74,7 +74,8 @@ def chart(results: dict[str, Any], path: Path) -> None:
         ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
         ax.set_ylabel("messages / s")
         ax.set_yscale("log")
-        ax.set_title(f"Per format, {results['n']:,} changes")
+        n = results.get("carried_from", {}).get("formats", {}).get("n", results["n"])
+        ax.set_title(f"Per format, {n:,} changes")
         ax.legend(fontsize=7)
     if results.get("growth"):
         ax = axes[0][panels - 1]
@@ -100,12 +101,18 @@ def markdown(results: dict[str, Any], chart_name: str) -> str:
         f"# Benchmark, {results['date']}",
         "",
         f"Machine: {m['cpus']} cores ({m['cpu_model']}), {m['memory_gib']} GiB, Python {m['python']}, "
-        f"Spark {m['spark']} ({m['spark_master']}). N = {results['n']:,} changes per format. "
+        f"Spark {m['spark']} ({m['spark_master']}). N = {results['n']:,}; parts run: {', '.join(results['parts'])}. "
         f"Whole run: {results['seconds'] / 60:.1f} min.",
         "",
         "Ratios are our speed divided by the reference's, both measured in this run on the same bytes "
         "(1.0 = as fast as the reference). Absolute times on a shared 2-core machine are noise; ratios are not.",
         "",
+        *[
+            f"Part `{name}` is carried from the run of {origin['date']} (N = {origin['n']:,}); "
+            "this run did not repeat it."
+            for name, origin in results.get("carried_from", {}).items()
+        ],
+        *([""] if results.get("carried_from") else []),
         "## Headline",
         "",
         "| measure | value | target |",

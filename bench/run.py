@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import platform
 import statistics
@@ -272,6 +273,22 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
     return head
 
 
+def carried(latest: Path, parts: set[str]) -> dict[str, Any]:
+    """Parts not run this time, kept from the previous results with the run they came from, so
+    rerunning one part does not erase the others. Every ratio is within one part, so a carried
+    part's figures are still measured in one run."""
+    if not latest.is_file():
+        return {}
+    previous = json.loads(latest.read_text(encoding="utf-8"))
+    kept: dict[str, Any] = {"carried_from": {}}
+    for name in sorted(parts):
+        if name in previous:
+            kept[name] = previous[name]
+            origin = previous.get("carried_from", {}).get(name, {"date": previous["date"], "n": previous["n"]})
+            kept["carried_from"][name] = origin
+    return kept if kept["carried_from"] else {}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -295,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         ("incremental", incremental),
         ("tables", many_tables),
     )
+    results.update(carried(args.results / "latest.json", {name for name, _ in parts} - args.parts))
     failed: list[str] = []
     latest = report = args.results
     with RssSampler() as sampler:
