@@ -130,7 +130,6 @@ class _SourceScan:
             self.keys.setdefault((row["schema"], row["source_table"]), tuple(row["keys"]))
 
     def save(self) -> _SourceScan:
-        idents = sorted(set(self.columns) | set(self.keys), key=lambda i: (i[0] or "", i[1]))
         saved = {
             "table_id": self.table_id,
             "version": self.version,
@@ -141,7 +140,7 @@ class _SourceScan:
                     "columns": [[c, t, pos] for c, (t, pos) in self.columns.get((schema, table), {}).items()],
                     "keys": list(self.keys.get((schema, table), ())),
                 }
-                for schema, table in idents
+                for schema, table in self._idents()
             ],
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -150,9 +149,13 @@ class _SourceScan:
         os.replace(partial, self.path)  # a crash leaves the old file or the new one, never half
         return self
 
+    def _idents(self) -> list[tuple[str | None, str]]:
+        """Every (schema, table) seen, in a stable order (gold is declared in this order)."""
+        return sorted(set(self.columns) | set(self.keys), key=lambda i: (i[0] or "", i[1]))
+
     def tables(self) -> list[SeenTable]:
         found = []
-        for ident in sorted(set(self.columns) | set(self.keys), key=lambda i: (i[0] or "", i[1])):
+        for ident in self._idents():
             columns = sorted(self.columns.get(ident, {}).items(), key=lambda item: item[1][1])
             found.append(
                 SeenTable(self.source, ident[0], ident[1], {c: t for c, (t, _) in columns}, self.keys.get(ident, ()))

@@ -30,7 +30,7 @@ SEQ, DELETE, TRUNCATE, PRESENT, ORIGIN = "__seq", "__is_delete", "__is_truncate"
 SCD1_SEQUENCE = "__sequence"
 START_AT, END_AT = "__START_AT", "__END_AT"
 ACTION = "__action"
-BROADCAST_KEYS = 2_000_000  # batches are byte-bounded, so a batch's keys are far fewer in practice
+BROADCAST_KEYS = 2_000_000  # batches are bounded by rows and bytes, so their keys are far fewer
 
 
 @dataclass
