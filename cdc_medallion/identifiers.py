@@ -47,3 +47,9 @@ def dataset_part(name: str) -> str:
 def quote(name: str) -> str:
     """Backtick-quote a validated identifier for Spark SQL."""
     return "`" + check_identifier(name).replace("`", "``") + "`"
+
+
+def sql_text(value: str) -> str:
+    """A Spark SQL string literal for any text (rule names, table names): quotes and backslashes
+    escaped, so the text stays a value however it is spelled."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -102,3 +102,19 @@ def test_errors_are_one_clear_line(args, message):
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_malformed_spark_setting_is_refused_before_spark_starts(tmp_path):
+    data = tmp_path / "in.jsonl"
+    data.write_text("{}\n", encoding="utf-8")
+    command = ["ingest", "--format", "debezium-json", "--input", str(data), "--storage", str(tmp_path / "storage")]
+    result = subprocess.run(
+        [sys.executable, "-m", "cdc_medallion.cli", *command],
+        env={**ENV, "CDC_MEDALLION_SPARK_CONF": "spark.sql.shuffle.partitions=2 memory=8g"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 2
+    assert "CDC_MEDALLION_SPARK_CONF: 'memory=8g' is not spark.<key>=<value>" in result.stderr
+    assert not (tmp_path / "storage" / "bronze_debezium_json").exists()

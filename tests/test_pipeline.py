@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from cdc_medallion.config import load_conf
+from cdc_medallion.generator.drill import INTERPRETED
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.samples import expected_state
 from tests.conftest import REPO
@@ -155,7 +156,7 @@ def test_killed_between_commits_then_rerun(spark, tmp_path):
     """SIGKILL at several commit points (bronze, silver, gold), re-running after each."""
     storage = tmp_path / "storage"
     conf = write_conf(tmp_path, storage)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "CDC_MEDALLION_SPARK_CONF": INTERPRETED}
     command = [sys.executable, "-m", "cdc_medallion.cli", "run", "--conf", str(conf), "--quiet"]
     for point in (2, 5, 9, 14):  # bronze append, silver append, side tables, gold merges
         result = subprocess.run(

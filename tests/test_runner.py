@@ -192,6 +192,37 @@ def test_drop_and_quarantine_counts_and_materialized_view(spark, tmp_path):
     assert progress[0]["data_quality"]["dropped_records"] == 1
 
 
+def test_rules_named_with_quotes_and_constraints_with_comments(spark, tmp_path):
+    """Rules are evaluated as one SQL expression: a name's quotes and backslashes stay text, and
+    a `--` comment in one constraint does not swallow the rules after it."""
+    runner, storage = make_pipeline(
+        tmp_path,
+        r"""
+        @dp.table(name="valid")
+        @dp.expect_or_drop("it's \\ named", "name IS NOT NULL -- a comment to the end of the line")
+        @dp.expect_or_quarantine("op 'known'", "op IN ('U', 'D')")
+        def valid():
+            return dp.read_stream("changes")
+    """,
+        [row(1, 1), row(2, 2, name=None), row(3, 3, op="X"), row(4, 4, name=None, op="X")],
+    )
+    runner.update()
+    assert [r["id"] for r in read_rows(spark, storage, "valid")] == [1]
+    quarantined = sorted(read_rows(spark, storage, "valid_quarantine"), key=lambda r: r["id"])
+    assert [(r["id"], r["failed_expectations"]) for r in quarantined] == [
+        (3, ["op 'known'"]),
+        (4, ["it's \\ named", "op 'known'"]),
+    ]
+    [progress] = [
+        json.loads(e["details"])["flow_progress"]
+        for e in read_rows(spark, storage, "event_log")
+        if e["event_type"] == "flow_progress" and e["origin"]["dataset_name"] == "valid"
+    ]
+    counts = {x["name"]: (x["passed_records"], x["failed_records"]) for x in progress["data_quality"]["expectations"]}
+    assert counts == {"it's \\ named": (2, 2), "op 'known'": (2, 2)}
+    assert progress["data_quality"]["dropped_records"] == 1  # row 2; row 4 is quarantined, not dropped
+
+
 def test_dependency_cycle_is_reported(spark, tmp_path):
     runner, _ = make_pipeline(
         tmp_path,

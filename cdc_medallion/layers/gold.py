@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, StringType, StructField, StructType
+from pyspark.sql.types import ArrayType, StringType, StructField, StructType, _parse_datatype_string
 
 from cdc_medallion import dp
 from cdc_medallion.config import PipelineConf, TableConf
-from cdc_medallion.identifiers import check_identifier, dataset_name, quote
+from cdc_medallion.identifiers import check_identifier, dataset_name, quote, sql_text
 from cdc_medallion.layers import silver_name
 from cdc_medallion.model import KIND_CHANGE, OP_DELETE, OP_TRUNCATE, OP_UPDATE
 from cdc_medallion.quality.rules import load_rules
@@ -30,63 +30,65 @@ OP, SEQUENCE, PRESENT, CAST_ERRORS, EVENT_TS, BRONZE_REF = (
 META_COLUMNS = (OP, SEQUENCE, PRESENT, CAST_ERRORS, EVENT_TS, BRONZE_REF)
 
 
-def typed(value: Column, spark_type: str) -> Column:
-    """Canonical text -> typed value; NULL when it does not convert (counted as a cast failure)."""
-    kind = spark_type.strip().lower()
+_TRUE, _FALSE = "('true', 't', '1', 'y', 'yes')", "('false', 'f', '0', 'n', 'no')"
+
+
+def typed(value: str, spark_type: str) -> str:
+    """Canonical text -> typed value (SQL); NULL when it does not convert (counted as a cast failure).
+
+    The type is re-spelled by Spark's own parser, so conf text never reaches SQL as written.
+    """
+    kind = _parse_datatype_string(spark_type.strip()).simpleString()
     if kind == "binary":
-        return F.try_to_binary(value, F.lit("base64"))
+        return f"try_to_binary({value}, 'base64')"
     if kind == "boolean":
-        lowered = F.lower(value)
-        return (
-            F.when(lowered.isin("true", "t", "1", "y", "yes"), F.lit(True))
-            .when(lowered.isin("false", "f", "0", "n", "no"), F.lit(False))
-            .otherwise(F.lit(None).cast("boolean"))
-        )
+        return f"CASE WHEN lower({value}) IN {_TRUE} THEN true WHEN lower({value}) IN {_FALSE} THEN false END"
     if kind == "string":
         return value
-    return value.try_cast(kind)
+    return f"try_cast({value} AS {kind})"
 
 
 def changes(events: DataFrame, table: TableConf) -> DataFrame:
-    """One table's change events as typed columns (the source of its auto CDC flows)."""
+    """One table's change events as typed columns (the source of its auto CDC flows).
+
+    Written as SQL text: a table has tens of columns, and building each as Python Columns cost
+    a thousand JVM round trips per batch, more than the batch itself.
+    """
     schema_part, _, name_part = table.table.rpartition(".")
-    selected = events.filter((F.col("kind") == KIND_CHANGE) & (F.lower("source_table") == name_part.lower()))
+    where = f"kind = {sql_text(KIND_CHANGE)} AND lower(source_table) = {sql_text(name_part.lower())}"
     if schema_part:
-        selected = selected.filter(F.lower(F.coalesce("source_schema", "source_db")) == schema_part.lower())
+        where += f" AND lower(coalesce(source_schema, source_db)) = {sql_text(schema_part.lower())}"
+    selected = events.filter(where)
     # An update that changes the primary key also deletes the row under its old key.
-    moved = F.lit(False)
-    for key in table.keys:
-        old, new = F.col("before").getItem(key), F.col("after").getItem(key)
-        moved = moved | (old.isNotNull() & new.isNotNull() & (old != new))
-    old_keys = selected.filter((F.col("op") == OP_UPDATE) & moved).withColumn("op", F.lit(OP_DELETE))
-    selected = selected.unionByName(old_keys)
-    image = F.when(F.col("op") == OP_DELETE, F.col("before")).otherwise(F.col("after"))
-    columns = []
-    failures = []
-    for name, spark_type in table.columns.items():
-        raw = image.getItem(name)
-        value = typed(raw, spark_type)
-        columns.append(value.alias(name))
-        failures.append(F.when(raw.isNotNull() & value.isNull(), F.lit(name)))
-    present = F.when(F.col("op").isin(OP_DELETE, OP_TRUNCATE), F.lit(None).cast(ArrayType(StringType()))).otherwise(
-        F.map_keys(image)
+    moved = " OR ".join(
+        f"(before[{sql_text(k)}] IS NOT NULL AND after[{sql_text(k)}] IS NOT NULL"
+        f" AND before[{sql_text(k)}] <> after[{sql_text(k)}])"
+        for k in table.keys
     )
-    return selected.select(
+    if moved:
+        old_keys = selected.filter(f"op = {sql_text(OP_UPDATE)} AND ({moved})").withColumn("op", F.lit(OP_DELETE))
+        selected = selected.unionByName(old_keys)
+    image = f"(CASE WHEN op = {sql_text(OP_DELETE)} THEN before ELSE after END)"
+    columns, failures = [], []
+    for name, spark_type in table.columns.items():
+        raw = f"{image}[{sql_text(check_identifier(name, f'column of {table.table}'))}]"
+        value = typed(raw, spark_type)
+        columns.append(f"{value} AS {quote(name)}")
+        failures.append(f"CASE WHEN {raw} IS NOT NULL AND ({value}) IS NULL THEN {sql_text(name)} END")
+    gone = f"op IN ({sql_text(OP_DELETE)}, {sql_text(OP_TRUNCATE)})"
+    cast_errors = f"filter(array({', '.join(failures)}), x -> x IS NOT NULL)" if failures else "array()"
+    return selected.selectExpr(
         *columns,
-        F.col("op").alias(OP),
-        F.col("sequence").alias(SEQUENCE),
-        present.alias(PRESENT),
-        (F.filter(F.array(*failures), lambda x: x.isNotNull()) if failures else F.array().cast("array<string>")).alias(
-            CAST_ERRORS
-        ),
-        F.col("event_ts").alias(EVENT_TS),
-        F.col("bronze_ref").alias(BRONZE_REF),
+        f"op AS {OP}",
+        f"sequence AS {SEQUENCE}",
+        f"CASE WHEN {gone} THEN CAST(NULL AS array<string>) ELSE map_keys({image}) END AS {PRESENT}",
+        f"CAST({cast_errors} AS array<string>) AS {CAST_ERRORS}",
+        f"event_ts AS {EVENT_TS}",
+        f"bronze_ref AS {BRONZE_REF}",
     )
 
 
 def view_schema(columns: Mapping[str, str]) -> StructType:
-    from pyspark.sql.types import _parse_datatype_string
-
     fields = [StructField(name, _parse_datatype_string(t)) for name, t in columns.items()]
     fields += [
         StructField(OP, StringType()),

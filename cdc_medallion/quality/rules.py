@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -71,17 +71,44 @@ def load_rules(folder: Path | None, layer: str, fmt: str | None, schema: StructT
     for rule, file in rules:
         if names.count(rule.name) > 1:
             raise ConfigError(f"{file}: rule {rule.name!r} is defined more than once for {layer}/{fmt}")
-        check_rule(rule, schema, file)
+    check_rules(rules, schema)
     return tuple(rule for rule, _ in rules)
 
 
-def check_rule(rule: Expectation, schema: StructType, file: Path | str) -> None:
+_CHECKED: set[tuple[str, str]] = set()  # (constraint, schema) pairs already analysed in this process
+
+
+def check_rules(rules: list[tuple[Expectation, Path]], schema: StructType) -> None:
+    """Analyse every constraint against an empty frame of `schema`, all in one plan.
+
+    Each update of each run loads the rules again; analysing them one frame each cost seconds
+    per update in a fresh JVM. One plan for all, remembered per process, costs one analysis;
+    only when that fails is each rule analysed alone, to name the one at fault.
+    """
+    spark = SparkSession.getActiveSession()
+    key = schema.json()
+    pending = [(rule, file) for rule, file in rules if (rule.constraint, key) not in _CHECKED]
+    if spark is None or not pending:
+        return
+    empty = spark.createDataFrame([], schema)
+    try:
+        empty.select(*[F.expr(r.constraint).cast("boolean") for r, _ in pending]).schema  # noqa: B018
+    except Exception as error:
+        for rule, file in pending:
+            check_rule(rule, schema, file, empty)
+        files = sorted({str(file) for _, file in pending})
+        raise ConfigError(f"{', '.join(files)}: the rules cannot be analysed together: {error}") from None
+    _CHECKED.update((rule.constraint, key) for rule, _ in pending)
+
+
+def check_rule(rule: Expectation, schema: StructType, file: Path | str, empty: DataFrame | None = None) -> None:
     """Analyse the constraint against an empty frame of `schema`: bad SQL or columns fail here."""
     spark = SparkSession.getActiveSession()
     if spark is None:
         return
     try:
-        spark.createDataFrame([], schema).select(F.expr(rule.constraint).cast("boolean")).schema  # noqa: B018
+        frame = empty if empty is not None else spark.createDataFrame([], schema)
+        frame.select(F.expr(rule.constraint).cast("boolean")).schema  # noqa: B018
     except Exception as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(

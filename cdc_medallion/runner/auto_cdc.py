@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType, StructField, StructType
@@ -24,7 +26,7 @@ from cdc_medallion.declarative.definitions import AutoCdcFlow
 from cdc_medallion.errors import GraphError
 from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import quote
-from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore
+from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore, arrow_schema
 
 SEQ, DELETE, TRUNCATE, PRESENT, ORIGIN = "__seq", "__is_delete", "__is_truncate", "__present", "__origin"
 SCD1_SEQUENCE = "__sequence"
@@ -88,14 +90,21 @@ class AutoCdcApplier:
         events.persist()
         try:
             self._ensure_target(events, columns)
-            if events.isEmpty():  # silver moved on, but not for this table: record progress only
+            # One job answers what used to take three: is there anything, which truncates, how many keys.
+            is_row = ~F.col(TRUNCATE)
+            summary = events.agg(
+                F.count(F.lit(1)).alias("events"),
+                F.collect_set(F.when(F.col(TRUNCATE), F.col(SEQ))).alias("truncates"),
+                F.count_distinct(F.when(is_row, F.struct(*[F.col(quote(k)) for k in flow.keys]))).alias("keys"),
+            ).first()
+            if summary is None or summary["events"] == 0:  # silver moved on, not for this table
                 for name in (self.state_name, flow.target):
                     if not self._already_committed(name, txns):
                         self.store.commit_progress(name, txns)
                 return ApplyResult()
-            new_truncates = [r[SEQ] for r in events.filter(F.col(TRUNCATE)).select(SEQ).distinct().collect()]
-            rows = events.filter(~F.col(TRUNCATE)).drop(TRUNCATE)
-            result = self._apply(rows, columns, new_truncates, txns)
+            new_truncates = list(summary["truncates"])
+            rows = events.filter(is_row).drop(TRUNCATE)
+            result = self._apply(rows, columns, new_truncates, txns, summary["keys"])
         finally:
             events.unpersist()
         result.truncates = len(new_truncates)
@@ -138,8 +147,6 @@ class AutoCdcApplier:
         if missing:  # schema evolution: a column appeared (e.g. added by DDL)
             from deltalake.schema import Field
 
-            from cdc_medallion.storage.delta_rs import arrow_schema
-
             new_fields = [Field.from_arrow(f) for f in arrow_schema(StructType(missing))]
             self.store.table(self.flow.target).alter.add_columns(new_fields)
         key_schema = StructType([schema[k] for k in self.flow.keys])
@@ -150,7 +157,7 @@ class AutoCdcApplier:
 
     # --- rebuild -----------------------------------------------------------------------------
     def _apply(
-        self, events: DataFrame, columns: list[str], new_truncates: list[str], txns: dict[str, int]
+        self, events: DataFrame, columns: list[str], new_truncates: list[str], txns: dict[str, int], keys_in_batch: int
     ) -> ApplyResult:
         flow = self.flow
         keys = list(flow.keys)
@@ -171,7 +178,7 @@ class AutoCdcApplier:
             # The keys a batch touches are few next to the table's: shipping them to every task
             # filters the target as it is read, instead of shuffling the whole target to meet
             # them, so a batch costs what it touches rather than what the table holds.
-            if cached.count() <= BROADCAST_KEYS:
+            if (cached.count() if new_truncates else keys_in_batch) <= BROADCAST_KEYS:
                 affected = F.broadcast(cached)
             history = self._existing_events(target, state, affected, columns)
             everything = events.withColumn(ORIGIN, F.lit(1)).unionByName(history)
@@ -285,25 +292,27 @@ class AutoCdcApplier:
     ) -> ApplyResult:
         keys = list(self.flow.keys)
         last = Window.partitionBy(*keys).orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
-        final = filled.withColumn("__rn", F.row_number().over(last)).filter("__rn = 1").drop("__rn")
-        final.persist()
-        try:
-            upserts = final.filter(~F.col(DELETE)).select(
-                *columns, F.col(SEQ).alias(SCD1_SEQUENCE), F.lit("upsert").alias(ACTION)
-            )
-            deletes = final.filter(F.col(DELETE)).select(
-                *columns, F.col(SEQ).alias(SCD1_SEQUENCE), F.lit("delete").alias(ACTION)
-            )
-            changes = upserts.unionByName(deletes)
-            state_rows = final.select(
-                *keys,
-                F.col(SEQ),
-                F.when(F.col(DELETE), F.lit("tombstone")).otherwise(F.lit("clear")).alias("kind"),
-            )
-            self._write_state(state_rows, new_truncates, txns)
-            return self._merge(changes, keys, [*columns, SCD1_SEQUENCE], txns)
-        finally:
-            final.unpersist()
+        final = filled.withColumn("__rn", F.row_number().over(last)).filter("__rn = 1")
+        # The final row per touched key is all both writes need: fetched once (a batch touches a
+        # bounded number of keys), the state's tombstones and the target's changes are cut from it.
+        latest = final.select(*[F.col(quote(c)) for c in columns], SEQ, DELETE).toArrow()
+        deleted = latest.column(DELETE).fill_null(False)
+        state_rows = pa.table(
+            {
+                **{k: latest.column(k) for k in keys},
+                SEQ: latest.column(SEQ),
+                "kind": pc.if_else(deleted, "tombstone", "clear"),
+            }
+        )
+        self._write_state(state_rows, new_truncates, txns)
+        changes = pa.table(
+            {
+                **{c: latest.column(c) for c in columns},
+                SCD1_SEQUENCE: latest.column(SEQ),
+                ACTION: pc.if_else(deleted, "delete", "upsert"),
+            }
+        )
+        return self._merge(changes, keys, [*columns, SCD1_SEQUENCE], txns)
 
     # --- SCD2 -------------------------------------------------------------------------------
     def _write_scd2(
@@ -361,25 +370,27 @@ class AutoCdcApplier:
                 vanished.select(*columns, START_AT, END_AT).withColumn(ACTION, F.lit("delete"))
             )
             if new_truncates:
-                self._write_state(
-                    self.spark.createDataFrame([], self.store.spark_schema(self.state_name)), new_truncates, txns
-                )
+                self._write_state(None, new_truncates, txns)
             return self._merge(changes, [*keys, START_AT], [*columns, START_AT, END_AT], txns)
         finally:
             versions.unpersist()
 
     # --- writes -----------------------------------------------------------------------------
-    def _write_state(self, rows: DataFrame, new_truncates: list[str], txns: dict[str, int]) -> None:
+    def _write_state(self, rows: pa.Table | None, new_truncates: list[str], txns: dict[str, int]) -> None:
         """Tombstones and truncate markers; committed before the target, idempotently."""
         if self._already_committed(self.state_name, txns):
             return
         keys = list(self.flow.keys)
-        schema = self.store.spark_schema(self.state_name)
-        truncates = self.spark.createDataFrame(
-            [(*tuple([None] * len(keys)), t, "truncate") for t in new_truncates], schema
+        schema = arrow_schema(self.store.spark_schema(self.state_name))
+        truncates = pa.table(
+            {
+                **{k: pa.nulls(len(new_truncates), schema.field(k).type) for k in keys},
+                SEQ: pa.array(new_truncates).cast(schema.field(SEQ).type),
+                "kind": pa.array(["truncate"] * len(new_truncates), pa.string()),
+            },
+            schema=schema,
         )
-        source = rows.select(*[F.col(quote(f.name)).cast(f.dataType) for f in schema.fields]).unionByName(truncates)
-        data = source.toArrow()
+        data = pa.concat_tables([_conform(rows, schema), truncates]) if rows is not None else truncates
         if data.num_rows == 0:
             self.store.commit_progress(self.state_name, txns)
             return
@@ -388,7 +399,7 @@ class AutoCdcApplier:
         table = self.store.table(self.state_name)
         from deltalake import CommitProperties, Transaction
 
-        assignments = {quote(f.name): f"s.{quote(f.name)}" for f in schema.fields}
+        assignments = {quote(f.name): f"s.{quote(f.name)}" for f in schema}
         commit_point(f"before merge into {self.state_name}")
         (
             table.merge(
@@ -408,22 +419,28 @@ class AutoCdcApplier:
     def _already_committed(self, name: str, txns: dict[str, int]) -> bool:
         return bool(txns) and all((self.store.txn_version(name, k) or -1) >= v for k, v in txns.items())
 
-    def _merge(self, changes: DataFrame, match: list[str], columns: list[str], txns: dict[str, int]) -> ApplyResult:
+    def _merge(
+        self, changes: DataFrame | pa.Table, match: list[str], columns: list[str], txns: dict[str, int]
+    ) -> ApplyResult:
         from deltalake import CommitProperties, Transaction
 
         if self._already_committed(self.flow.target, txns):
             return ApplyResult()
         schema = self.store.spark_schema(self.flow.target)
-        ordered = changes.select(
-            *[
-                F.col(quote(f.name)).cast(f.dataType)
-                if f.name in changes.columns
-                else F.lit(None).cast(f.dataType).alias(f.name)
-                for f in schema.fields
-            ],
-            F.col(ACTION),
-        )
-        data = ordered.toArrow()
+        if isinstance(changes, pa.Table):
+            action = pa.field(ACTION, pa.string())
+            data = _conform(changes, arrow_schema(schema).append(action))
+        else:
+            ordered = changes.select(
+                *[
+                    F.col(quote(f.name)).cast(f.dataType)
+                    if f.name in changes.columns
+                    else F.lit(None).cast(f.dataType).alias(f.name)
+                    for f in schema.fields
+                ],
+                F.col(ACTION),
+            )
+            data = ordered.toArrow()
         if data.num_rows == 0:
             self.store.commit_progress(self.flow.target, txns)
             return ApplyResult()
@@ -449,6 +466,15 @@ class AutoCdcApplier:
             upserted=int(metrics.get("num_target_rows_inserted", 0)) + int(metrics.get("num_target_rows_updated", 0)),
             deleted=int(metrics.get("num_target_rows_deleted", 0)),
         )
+
+
+def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`data` with exactly `schema`'s columns, in its order and types (absent ones NULL)."""
+    columns = [
+        data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _datafusion(predicate: str) -> str:

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from cdc_medallion.declarative.definitions import Action, Expectation
 from cdc_medallion.errors import ExpectationFailed, GraphError
+from cdc_medallion.identifiers import sql_text
 
 FAILED = "failed_expectations"
 
@@ -38,17 +39,35 @@ class ExpectationReport:
 
 
 def mark(df: DataFrame, expectations: tuple[Expectation, ...], dataset: str) -> DataFrame:
-    """Add the array column `failed_expectations` (names of the rules the row fails)."""
-    checks = []
-    for rule in expectations:
-        try:
-            condition = F.expr(rule.constraint)
-        except Exception as error:  # parse errors surface here, analysis errors on first use
-            raise GraphError(f"expectation {rule.name!r} on {dataset}: bad SQL {rule.constraint!r}: {error}") from None
-        checks.append(F.when(~F.coalesce(condition, F.lit(False)), F.lit(rule.name)))
-    if not checks:
+    """Add the array column `failed_expectations` (names of the rules the row fails).
+
+    Built as one SQL expression: every Column a Python expression builds is a round trip to the
+    JVM, and in a small batch those round trips cost more than the data.
+    """
+    if not expectations:
         return df.withColumn(FAILED, F.array().cast("array<string>"))
-    return df.withColumn(FAILED, F.filter(F.array(*checks), lambda name: name.isNotNull()))
+    # Each constraint on lines of its own, so a `--` comment in one ends with its line.
+    checks = ",\n".join(
+        f"CASE WHEN NOT coalesce((\n{r.constraint}\n), false) THEN {sql_text(r.name)} END" for r in expectations
+    )
+    try:
+        failed = F.expr(f"filter(array(\n{checks}\n), failed_rule -> failed_rule IS NOT NULL)")
+    except Exception:  # parse errors surface here, analysis errors on first use: name the rule
+        for rule in expectations:
+            try:
+                F.expr(rule.constraint)
+            except Exception as error:
+                raise GraphError(
+                    f"expectation {rule.name!r} on {dataset}: bad SQL {rule.constraint!r}: {error}"
+                ) from None
+        raise
+    return df.withColumn(FAILED, failed)
+
+
+def _any_of(rules: list[str]) -> str:
+    if not rules:
+        return "false"
+    return f"exists({FAILED}, failed_rule -> failed_rule IN ({', '.join(sql_text(r) for r in rules)}))"
 
 
 @dataclass
@@ -62,19 +81,14 @@ def split(marked: DataFrame, expectations: tuple[Expectation, ...], dataset: str
     """Count rule outcomes on a *cached* marked batch and split it by action."""
     report = ExpectationReport(dataset=dataset)
     names = [r.name for r in expectations]
-    aggregates = [F.count(F.lit(1)).alias("__rows")]
-    aggregates += [F.sum(F.array_contains(FAILED, n).cast("long")).alias(f"__f{i}") for i, n in enumerate(names)]
     by_action = {a: [r.name for r in expectations if r.action is a] for a in Action}
-
-    def any_of(rules: list[str]):
-        return F.exists(FAILED, lambda n: n.isin(rules)) if rules else F.lit(False)
-
-    aggregates.append(F.sum(any_of(by_action[Action.QUARANTINE]).cast("long")).alias("__q"))
-    aggregates.append(
-        F.sum((any_of(by_action[Action.DROP]) & ~any_of(by_action[Action.QUARANTINE])).cast("long")).alias("__d")
-    )
+    quarantine, drop = _any_of(by_action[Action.QUARANTINE]), _any_of(by_action[Action.DROP])
+    aggregates = ["count(1) AS __rows"]
+    aggregates += [f"sum(CAST(array_contains({FAILED}, {sql_text(n)}) AS long)) AS __f{i}" for i, n in enumerate(names)]
+    aggregates.append(f"sum(CAST({quarantine} AS long)) AS __q")
+    aggregates.append(f"sum(CAST(({drop}) AND NOT ({quarantine}) AS long)) AS __d")
     try:
-        totals = marked.agg(*aggregates).collect()[0]
+        totals = marked.selectExpr(*aggregates).collect()[0]
     except Exception as error:
         raise GraphError(f"expectations on {dataset} cannot be evaluated: {error}") from None
     report.rows = int(totals["__rows"])
@@ -85,13 +99,13 @@ def split(marked: DataFrame, expectations: tuple[Expectation, ...], dataset: str
     report.dropped = int(totals["__d"] or 0)
     failing = [n for n in by_action[Action.FAIL] if report.counts[n][1] > 0]
     if failing:
-        sample = marked.filter(any_of(failing)).limit(1).collect()
+        sample = marked.filter(_any_of(failing)).limit(1).collect()
         raise ExpectationFailed(
             f"{dataset}: expectation(s) {', '.join(failing)} failed on "
             f"{sum(report.counts[n][1] for n in failing)} row(s); nothing was committed. "
             f"First failing row: {sample[0].asDict() if sample else '?'}"
         )
-    rejected = any_of(by_action[Action.DROP] + by_action[Action.QUARANTINE])
-    valid = marked.filter(~rejected).drop(FAILED)
-    quarantine = marked.filter(any_of(by_action[Action.QUARANTINE])) if by_action[Action.QUARANTINE] else None
-    return Split(valid=valid, quarantine=quarantine, report=report)
+    rejected = _any_of(by_action[Action.DROP] + by_action[Action.QUARANTINE])
+    valid = marked.filter(f"NOT ({rejected})").drop(FAILED)
+    quarantined = marked.filter(quarantine) if by_action[Action.QUARANTINE] else None
+    return Split(valid=valid, quarantine=quarantined, report=report)
