@@ -7,6 +7,7 @@ A temporary view turns the table's change events into typed columns plus `__op`,
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -38,7 +39,7 @@ def typed(value: str, spark_type: str) -> str:
 
     The type is re-spelled by Spark's own parser, so conf text never reaches SQL as written.
     """
-    kind = _parse_datatype_string(spark_type.strip()).simpleString()
+    kind = _type_sql(spark_type.strip())
     if kind == "binary":
         return f"try_to_binary({value}, 'base64')"
     if kind == "boolean":
@@ -46,6 +47,12 @@ def typed(value: str, spark_type: str) -> str:
     if kind == "string":
         return value
     return f"try_cast({value} AS {kind})"
+
+
+@lru_cache(maxsize=1024)
+def _type_sql(spark_type: str) -> str:
+    """A type as Spark spells it: parsed once per spelling, not once per column per batch."""
+    return _parse_datatype_string(spark_type).simpleString()
 
 
 def changes(events: DataFrame, table: TableConf) -> DataFrame:

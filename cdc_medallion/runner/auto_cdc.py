@@ -312,7 +312,7 @@ class AutoCdcApplier:
                 ACTION: pc.if_else(deleted, "delete", "upsert"),
             }
         )
-        return self._merge(changes, keys, [*columns, SCD1_SEQUENCE], txns)
+        return self._merge(changes, keys, txns)
 
     # --- SCD2 -------------------------------------------------------------------------------
     def _write_scd2(
@@ -371,7 +371,7 @@ class AutoCdcApplier:
             )
             if new_truncates:
                 self._write_state(None, new_truncates, txns)
-            return self._merge(changes, [*keys, START_AT], [*columns, START_AT, END_AT], txns)
+            return self._merge(changes.toArrow(), [*keys, START_AT], txns)
         finally:
             versions.unpersist()
 
@@ -419,28 +419,13 @@ class AutoCdcApplier:
     def _already_committed(self, name: str, txns: dict[str, int]) -> bool:
         return bool(txns) and all((self.store.txn_version(name, k) or -1) >= v for k, v in txns.items())
 
-    def _merge(
-        self, changes: DataFrame | pa.Table, match: list[str], columns: list[str], txns: dict[str, int]
-    ) -> ApplyResult:
+    def _merge(self, changes: pa.Table, match: list[str], txns: dict[str, int]) -> ApplyResult:
         from deltalake import CommitProperties, Transaction
 
         if self._already_committed(self.flow.target, txns):
             return ApplyResult()
         schema = self.store.spark_schema(self.flow.target)
-        if isinstance(changes, pa.Table):
-            action = pa.field(ACTION, pa.string())
-            data = _conform(changes, arrow_schema(schema).append(action))
-        else:
-            ordered = changes.select(
-                *[
-                    F.col(quote(f.name)).cast(f.dataType)
-                    if f.name in changes.columns
-                    else F.lit(None).cast(f.dataType).alias(f.name)
-                    for f in schema.fields
-                ],
-                F.col(ACTION),
-            )
-            data = ordered.toArrow()
+        data = _conform(changes, arrow_schema(schema).append(pa.field(ACTION, pa.string())))
         if data.num_rows == 0:
             self.store.commit_progress(self.flow.target, txns)
             return ApplyResult()
