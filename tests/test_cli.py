@@ -118,3 +118,16 @@ def test_a_malformed_spark_setting_is_refused_before_spark_starts(tmp_path):
     assert result.returncode == 2
     assert "CDC_MEDALLION_SPARK_CONF: 'memory=8g' is not spark.<key>=<value>" in result.stderr
     assert not (tmp_path / "storage" / "bronze_debezium_json").exists()
+
+
+def test_spark_settings_from_the_environment_reach_the_session():
+    probe = "from cdc_medallion.spark import get_spark; print(get_spark().conf.get('spark.sql.shuffle.partitions'))"
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**ENV, "CDC_MEDALLION_SPARK_CONF": "spark.sql.shuffle.partitions=3 spark.ui.enabled=false"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "3"  # the default here is 4

@@ -92,6 +92,10 @@ def test_every_shipped_conf_and_rule_file_loads(spark):
             "rule 'r1': constraint 'no_such_column > 1' is invalid",
         ),
         ("{name: r2, constraint: 'op IN (', action: drop}", "rule 'r2': constraint 'op IN (' is invalid"),
+        (  # among good rules, the bad one is named
+            "{name: fine, constraint: 'op IS NOT NULL'}\n  - {name: r5, constraint: 'nope(', action: warn}",
+            "rule 'r5': constraint 'nope(' is invalid",
+        ),
         ("{name: r3, constraint: 'op IS NULL', action: explode}", "(r3): key 'action': must be one of"),
         ("{name: r4, constraint: 'op IS NULL', severity: high}", "key 'severity': unknown key"),
     ],

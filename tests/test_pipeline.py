@@ -212,6 +212,29 @@ def test_out_of_order_duplicated_and_late_events(spark, storage, tmp_path):
     ]
 
 
+def test_values_that_do_not_convert_are_null_and_counted(spark, storage, tmp_path):
+    """The typed change feed: text converts to each column's type; what does not becomes NULL and
+    fails `values_cast` (gold.yml) once per row, as the event log counts it."""
+    source = tmp_path / "items.jsonl"
+    rows = [
+        pg("c", 10, None, {"id": 1, "v": "7", "flag": "yes", "blob": "aGk="}),
+        pg("c", 11, None, {"id": 2, "v": "abc", "flag": "nope", "blob": "!!"}),
+    ]
+    source.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    columns = {"items": "id:int,v:int,flag:boolean,blob:binary"}
+    ingest(spark, "debezium-json", source, storage, keys={"items": "id"}, columns=columns)
+
+    got = {r["id"]: (r["v"], r["flag"], r["blob"]) for r in gold_rows(spark, storage, "items", 1)}
+    assert got == {1: (7, True, bytearray(b"hi")), 2: (None, None, None)}
+    [quality] = [
+        json.loads(e["details"])["flow_progress"]["data_quality"]
+        for e in read_rows(spark, storage, "event_log")
+        if e["event_type"] == "flow_progress" and e["origin"]["dataset_name"] == "gold_items"
+    ]
+    counts = {x["name"]: (x["passed_records"], x["failed_records"]) for x in quality["expectations"]}
+    assert counts["values_cast"] == (1, 1)
+
+
 def test_same_input_in_different_batchings_gives_identical_gold(spark, tmp_path):
     lines = SAMPLE.read_text(encoding="utf-8").splitlines()
     whole = tmp_path / "whole"
