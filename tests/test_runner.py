@@ -136,6 +136,65 @@ def test_a_batch_rebuilds_only_the_keys_it_touches_by_either_join(spark, tmp_pat
     ]
 
 
+SHARED_VIEW_FLOWS = """
+@dp.temporary_view(name="stamped")
+@dp.expect_or_drop("named", "name IS NOT NULL")
+def stamped():  # uuid(): each evaluation of the view stamps its rows anew
+    return dp.read_stream("changes").withColumn("stamp", F.expr("uuid()"))
+
+dp.create_streaming_table("people")
+dp.create_auto_cdc_flow(target="people", source="stamped", keys=["id"], sequence_by="seq",
+                        except_column_list=["op"])
+"""
+HISTORY_FLOW = """
+dp.create_streaming_table("people_history")
+dp.create_auto_cdc_flow(target="people_history", source="stamped", keys=["id"], sequence_by="seq",
+                        except_column_list=["op"], stored_as_scd_type=2)
+"""
+
+
+def test_both_auto_cdc_flows_apply_one_evaluation_of_their_view(spark, tmp_path):
+    """SCD1 and SCD2 reading the same range of one view in an update share its evaluation (parsed,
+    checked and counted once); a flow that is behind reads its own range; nothing stays cached."""
+    persisted = spark.sparkContext._jsc.sc().getPersistentRDDs()
+    cached_before = persisted.size()
+    runner, storage = make_pipeline(
+        tmp_path, SHARED_VIEW_FLOWS + HISTORY_FLOW, [row(1, 1, "ann"), row(2, 2, None), row(3, 3, "cy")]
+    )
+    runner.update()
+    current = {r["id"]: r["stamp"] for r in read_rows(spark, storage, "people")}
+    history = {r["id"]: r["stamp"] for r in read_rows(spark, storage, "people_history")}
+    assert sorted(current) == [1, 3] and current == history  # one evaluation: the same stamps
+    log = read_rows(spark, storage, "event_log")
+    counts = [
+        {x["name"]: (x["passed_records"], x["failed_records"]) for x in progress["data_quality"]["expectations"]}
+        for progress in (json.loads(e["details"])["flow_progress"] for e in log if e["event_type"] == "flow_progress")
+        if progress["data_quality"]["expectations"]
+    ]
+    assert counts == [{"named": (2, 1)}, {"named": (2, 1)}]  # each flow still reports what it applied
+    assert spark.sparkContext._jsc.sc().getPersistentRDDs().size() == cached_before
+
+    # The history flow joins later: it reads everything, the current-state flow only the new row.
+    (tmp_path / "late").mkdir()
+    runner, storage = make_pipeline(tmp_path / "late", SHARED_VIEW_FLOWS, [row(1, 1, "ann"), row(2, 2, "bob")])
+    runner.update()
+    append(tmp_path / "late", [row(1, 3, "anne")])
+    (tmp_path / "late" / "transformations" / "pipeline.py").write_text(
+        PIPELINE_HEAD + SHARED_VIEW_FLOWS + HISTORY_FLOW, encoding="utf-8"
+    )
+    runner = LocalRunner(load_conf(tmp_path / "late" / "conf.yml"))
+    runner.update()
+    current = {r["id"]: (r["name"], r["stamp"]) for r in read_rows(spark, storage, "people")}
+    versions = sorted(read_rows(spark, storage, "people_history"), key=lambda r: (r["id"], r["__START_AT"]))
+    assert [(r["id"], r["name"], r["__START_AT"], r["__END_AT"]) for r in versions] == [
+        (1, "ann", 1, 3),
+        (1, "anne", 3, None),
+        (2, "bob", 2, None),
+    ]
+    assert current[1][0] == "anne" and current[1][1] != versions[1]["stamp"]  # read apart, evaluated apart
+    assert spark.sparkContext._jsc.sc().getPersistentRDDs().size() == cached_before
+
+
 def test_expect_or_fail_aborts_with_nothing_committed(spark, tmp_path):
     runner, storage = make_pipeline(
         tmp_path,

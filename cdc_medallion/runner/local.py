@@ -105,6 +105,9 @@ class FlowReader:
         self.bytes_read = 0
         self.view_reports: list[exp.ExpectationReport] = []
         self.view_quarantines: list[tuple[str, DataFrame, int]] = []
+        self.ranges: list[tuple[str, int | None, int]] = []  # (table, after version, up to version) read
+        self.read_snapshot = False  # read a whole table: what was read is not named by `ranges`
+        self.persisted: list[DataFrame] = []  # views cached for this batch only
 
     def _app_id(self, source: str) -> str:
         return f"{self.flow.name}<-{source}"
@@ -123,6 +126,7 @@ class FlowReader:
         assert current is not None
         if done is not None and done >= current:
             self.txns[app_id] = current
+            self.ranges.append((name, done, current))
             return store.read(name).limit(0)
         # A backlog is read in batches of about max_bytes/max_messages_per_batch, as bronze lands it, so
         # memory stays bounded downstream too; the flow loops while `more` is set.
@@ -131,6 +135,7 @@ class FlowReader:
         self.txns[app_id] = upto
         self.more = self.more or upto < current
         self.has_new = True
+        self.ranges.append((name, done, upto))
         return store.read_appended(name, done, upto)
 
     def read(self, name: str) -> DataFrame:
@@ -138,11 +143,13 @@ class FlowReader:
         if dataset.is_view:
             return self._view(dataset)
         self.runner.ensure_fresh(name)
+        self.read_snapshot = True
         return self.runner.store.read(name)
 
     def read_previous(self, name: str) -> DataFrame | None:
         """A table as committed before this batch (a flow reading its own earlier output)."""
         store = self.runner.store
+        self.read_snapshot = True
         return store.read(name) if store.exists(name) else None
 
     def read_source(self, source: SourceConf) -> DataFrame:
@@ -158,17 +165,38 @@ class FlowReader:
         self.bytes_read += batch.bytes_read
         if batch.rows:
             self.has_new = True
+        self.read_snapshot = True  # landed input is named by file offsets, not table versions
         if not batch.rows:
             return self.runner.spark.createDataFrame([], schema=BRONZE_SCHEMA)
         return self.runner.store.stage(batch.to_arrow(), BRONZE_SCHEMA)
 
     def _view(self, dataset: Dataset) -> DataFrame:
+        """The view's rows that pass its expectations, split and counted once per input range.
+
+        Gold's SCD1 and SCD2 flows read the same view; when both read the same range of its
+        input in one update (the usual case), the second reuses the first's split instead of
+        parsing and checking the batch again. Only a flow's last batch is kept for that, so a
+        backlog never holds more than one batch per view in the cache.
+        """
         assert dataset.query is not None
+        first, snapshot_before = len(self.ranges), self.read_snapshot
+        self.read_snapshot = False
         df = dataset.query()
+        shareable = not self.read_snapshot and not self.more
+        self.read_snapshot = self.read_snapshot or snapshot_before
         if not dataset.expectations:
             return df
-        marked = exp.mark(df, dataset.expectations, dataset.name).persist(StorageLevel.MEMORY_AND_DISK)
-        split = exp.split(marked, dataset.expectations, dataset.name)
+        key = (dataset.name, tuple(self.ranges[first:]))
+        shared = self.runner.shared_views.get(key) if shareable else None
+        if shared is None:
+            marked = exp.mark(df, dataset.expectations, dataset.name).persist(StorageLevel.MEMORY_AND_DISK)
+            split = exp.split(marked, dataset.expectations, dataset.name)
+            if shareable:
+                self.runner.shared_views[key] = (marked, split)
+            else:
+                self.persisted.append(marked)
+        else:
+            split = shared[1]
         self.view_reports.append(split.report)
         if split.quarantine is not None:
             self.view_quarantines.append((f"{dataset.name}_quarantine", split.quarantine, split.report.quarantined))
@@ -188,6 +216,7 @@ class LocalRunner:
         self._running: list[str] = []
         self.result = UpdateResult(update_id="")
         self.log: EventLog | None = None
+        self.shared_views: dict[tuple[str, tuple[tuple[str, int | None, int], ...]], tuple[DataFrame, exp.Split]] = {}
 
     # --- update -------------------------------------------------------------------------------
     def update(self, full_refresh: bool = False, lock: bool = True) -> UpdateResult:
@@ -213,6 +242,10 @@ class LocalRunner:
                 self.log.emit("update_progress", str(error), {"update_progress": {"state": "FAILED"}}, level="ERROR")
                 self.log.flush()
                 raise
+            finally:
+                for marked, _ in self.shared_views.values():
+                    marked.unpersist()
+                self.shared_views.clear()
             self.result.seconds = time.monotonic() - started
             self.log.emit(
                 "update_progress",
@@ -259,6 +292,8 @@ class LocalRunner:
                         self._append(flow, batch, reader, result)
             finally:
                 result.seconds += time.monotonic() - started
+                for view in reader.persisted:
+                    view.unpersist()
                 self.store.clear_staged()  # the batch committed or failed: its staged input goes
             if not reader.more:
                 return
