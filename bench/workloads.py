@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from cdc_medallion.config import PipelineConf, load_conf
-from cdc_medallion.generator.history import History, generate_history
+from cdc_medallion.generator.history import History, Transaction, generate_history, stream_history
 from cdc_medallion.generator.output import pipeline_conf
 from cdc_medallion.generator.renderers import RenderedSource, render
 
@@ -98,8 +98,12 @@ def _from_cache(info: dict[str, Any]) -> RenderedSource:
     )
 
 
+def _transactions(events: int) -> int:
+    return max(1, math.ceil(events / CHANGES_PER_TRANSACTION))
+
+
 def history_for(events: int, tables: int, seed: int) -> History:
-    return generate_history(tables=tables, transactions=max(1, math.ceil(events / CHANGES_PER_TRANSACTION)), seed=seed)
+    return generate_history(tables=tables, transactions=_transactions(events), seed=seed)
 
 
 def _in_child(target, *args) -> None:
@@ -112,8 +116,23 @@ def _in_child(target, *args) -> None:
         raise RuntimeError(f"generating {args[0]} failed (exit code {child.exitcode})")
 
 
+def _counted(transactions: Iterator[Transaction], changes: list[int]) -> Iterator[Transaction]:
+    for transaction in transactions:
+        changes[0] += len(transaction.changes)
+        yield transaction
+
+
 def _generate(folder: Path, fmt: str, events: int, tables: int, seed: int) -> None:
     shutil.rmtree(folder, ignore_errors=True)
+    if fmt == "debezium-json":  # written as it is made: 10M changes do not fit in memory whole
+        from cdc_medallion.generator.renderers.debezium_json import render as render_debezium
+
+        history, stream = stream_history(tables, _transactions(events), seed)
+        changes = [0]
+        (folder / "input").mkdir(parents=True)
+        rendered = render_debezium(history, folder / "input", _counted(stream, changes))
+        _record(folder, rendered, changes[0])
+        return
     history = history_for(events, tables, seed)
     rendered = render(history, fmt, folder / "input")
     _record(folder, rendered, sum(len(t.changes) for t in history.transactions))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,9 +149,28 @@ def generate_history(
     `table_events=False` leaves out the one DDL and the one TRUNCATE, which touch every row of a
     table: a measurement of how cost follows the rows a change touches needs row changes only.
     """
-    rnd = random.Random(seed)
+    history, stream = stream_history(tables, transactions, seed, snapshot_rows, table_events)
+    history.transactions.extend(stream)
+    return history
+
+
+def stream_history(
+    tables: int = 3, transactions: int = 40, seed: int = 1, snapshot_rows: int = 4, table_events: bool = True
+) -> tuple[History, Iterator[Transaction]]:
+    """The same history with its transactions made as they are consumed, once.
+
+    Only the live rows are held, not every change: a ten-million-change benchmark input is
+    rendered from this (the whole history would not fit in memory). The returned `History`
+    names the tables and holds no transactions, so it has no ground truth.
+    """
     specs = make_tables(tables)
-    history = History(specs)
+    return History(specs), _transactions(specs, transactions, seed, snapshot_rows, table_events)
+
+
+def _transactions(
+    specs: list[TableSpec], transactions: int, seed: int, snapshot_rows: int, table_events: bool
+) -> Iterator[Transaction]:
+    rnd = random.Random(seed)
     clock = dt.datetime(2026, 3, 1, 8, 0, 0)
     state: dict[str, dict[Key, Row]] = {t.name: {} for t in specs}
     pools = {t.name: _KeyPool() for t in specs}
@@ -182,7 +202,7 @@ def generate_history(
             state[spec.name][key_of(spec, row)] = row
             pools[spec.name].add(key_of(spec, row))
             snapshot.append(Change(spec.name, "SNAPSHOT", after=dict(row)))
-    history.transactions.append(Transaction(1, clock, tuple(snapshot), snapshot=True))
+    yield Transaction(1, clock, tuple(snapshot), snapshot=True)
 
     ddl_done = truncate_done = not table_events
     key_moved = False
@@ -230,5 +250,4 @@ def generate_history(
                 key = pools[spec.name].pick(rnd)
                 pools[spec.name].remove(key)
                 changes.append(Change(spec.name, "DELETE", before=dict(rows.pop(key))))
-        history.transactions.append(Transaction(number, clock, tuple(changes)))
-    return history
+        yield Transaction(number, clock, tuple(changes))

@@ -8,6 +8,7 @@ import base64
 import datetime as dt
 import decimal
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +66,9 @@ def _encode(column: Column, value: Any) -> Any:
 class _Writer:
     """Turns the history's changes into Debezium messages, tracking lsn and each table's columns."""
 
-    def __init__(self, history: History) -> None:
+    def __init__(self, history: History, dump: KafkaDump) -> None:
         self.history = history
-        self.dump = KafkaDump()
+        self.dump = dump
         self.columns = {t.name: list(t.columns) for t in history.tables}
         self.lsn = 1_000
 
@@ -138,12 +139,13 @@ def _image(columns: list[Column], row: Row | None) -> dict | None:
 
 
 @register_renderer("debezium-json")
-def render(history: History, out: Path) -> RenderedSource:
-    writer = _Writer(history)
-    for tx in history.transactions:
+def render(history: History, out: Path, transactions: Iterable[Transaction] | None = None) -> RenderedSource:
+    """`transactions`, if given, are rendered as they come (a `stream_history`), written as they go."""
+    path = out / "debezium.jsonl"
+    writer = _Writer(history, KafkaDump.into(path))
+    for tx in history.transactions if transactions is None else transactions:
         for change in tx.changes:
             writer.change(tx, change)
-    path = out / "debezium.jsonl"
     count = writer.dump.write(path)
     keys = {t.name: t.keys for t in history.tables if t.keys}
     return RenderedSource("debezium-json", path, "kafka-dump", keys=keys, messages=count)
