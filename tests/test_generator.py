@@ -3,8 +3,9 @@ where rows stop being picked from sorted keys, and rendering does not copy table
 
 from __future__ import annotations
 
-from cdc_medallion.generator.history import SMALL_TABLE, generate_history
+from cdc_medallion.generator.history import SMALL_TABLE, generate_history, stream_history
 from cdc_medallion.generator.renderers._json_common import walk
+from cdc_medallion.generator.renderers.debezium_json import render as render_debezium
 
 
 def replay(history) -> tuple[int, int]:
@@ -47,3 +48,20 @@ def test_only_a_truncate_step_carries_the_rows_it_removes():
     truncates = [s for s in steps if s.change.op == "TRUNCATE"]
     assert truncates and all(s.live for s in truncates)
     assert all(not s.live for s in steps if s.change.op != "TRUNCATE")
+
+
+def test_a_streamed_history_renders_the_same_bytes_as_a_whole_one(tmp_path):
+    """Bench inputs too big to hold are rendered from `stream_history` as it is made; they must
+    be the very input a whole history renders to, or the benchmark measures something else."""
+    whole = generate_history(tables=3, transactions=400, seed=9)
+    tables, stream = stream_history(tables=3, transactions=400, seed=9)
+    assert tables.transactions == []
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "streamed").mkdir()
+    expected = render_debezium(whole, tmp_path / "whole")
+    seen = []
+    streamed = render_debezium(tables, tmp_path / "streamed", (seen.append(tx) or tx for tx in stream))
+    assert seen == whole.transactions
+    assert streamed.messages == expected.messages > 1000
+    written = [(tmp_path / side / "debezium.jsonl").read_bytes() for side in ("streamed", "whole")]
+    assert written[0] == written[1]

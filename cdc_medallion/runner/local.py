@@ -93,6 +93,15 @@ class StorageLock:
             self.handle.close()
 
 
+@dataclass
+class SharedView:
+    """A view's checked batch, kept for the other flows that read the same range of its input."""
+
+    marked: DataFrame
+    split: exp.Split
+    readers: int  # flows still to read it
+
+
 class FlowReader:
     """What `dp.read_stream` / `dp.read` / `landing_stream` mean while one flow runs."""
 
@@ -175,8 +184,8 @@ class FlowReader:
 
         Gold's SCD1 and SCD2 flows read the same view; when both read the same range of its
         input in one update (the usual case), the second reuses the first's split instead of
-        parsing and checking the batch again. Only a flow's last batch is kept for that, so a
-        backlog never holds more than one batch per view in the cache.
+        parsing and checking the batch again. Only a flow's last batch is kept for that, and
+        only until the view's last reader has read it, so the cache holds about one batch.
         """
         assert dataset.query is not None
         first, snapshot_before = len(self.ranges), self.read_snapshot
@@ -186,17 +195,24 @@ class FlowReader:
         self.read_snapshot = self.read_snapshot or snapshot_before
         if not dataset.expectations:
             return df
+        flows = self.runner.graph.flows.values()
+        readers = [f for f in flows if isinstance(f, AutoCdcFlow) and f.source == dataset.name]
         key = (dataset.name, tuple(self.ranges[first:]))
-        shared = self.runner.shared_views.get(key) if shareable else None
+        shared = self.runner.shared_views.get(key) if shareable and len(readers) > 1 else None
         if shared is None:
             marked = exp.mark(df, dataset.expectations, dataset.name).persist(StorageLevel.MEMORY_AND_DISK)
             split = exp.split(marked, dataset.expectations, dataset.name)
-            if shareable:
-                self.runner.shared_views[key] = (marked, split)
+            shared = SharedView(marked, split, readers=len(readers) - 1)
+            if shareable and shared.readers > 0:
+                self.runner.shared_views[key] = shared
             else:
                 self.persisted.append(marked)
         else:
-            split = shared[1]
+            shared.readers -= 1
+            if shared.readers <= 0:  # the last flow to read it: released after this batch
+                del self.runner.shared_views[key]
+                self.persisted.append(shared.marked)
+        split = shared.split
         self.view_reports.append(split.report)
         if split.quarantine is not None:
             self.view_quarantines.append((f"{dataset.name}_quarantine", split.quarantine, split.report.quarantined))
@@ -216,7 +232,7 @@ class LocalRunner:
         self._running: list[str] = []
         self.result = UpdateResult(update_id="")
         self.log: EventLog | None = None
-        self.shared_views: dict[tuple[str, tuple[tuple[str, int | None, int], ...]], tuple[DataFrame, exp.Split]] = {}
+        self.shared_views: dict[tuple[str, tuple[tuple[str, int | None, int], ...]], SharedView] = {}
 
     # --- update -------------------------------------------------------------------------------
     def update(self, full_refresh: bool = False, lock: bool = True) -> UpdateResult:
@@ -243,8 +259,8 @@ class LocalRunner:
                 self.log.flush()
                 raise
             finally:
-                for marked, _ in self.shared_views.values():
-                    marked.unpersist()
+                for view in self.shared_views.values():  # a reader that did not run (failed, no input)
+                    view.marked.unpersist()
                 self.shared_views.clear()
             self.result.seconds = time.monotonic() - started
             self.log.emit(
