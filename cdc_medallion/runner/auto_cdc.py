@@ -174,13 +174,18 @@ class AutoCdcApplier:
         else:
             affected = events.select(*keys).distinct()
         cached = affected.persist()
+        to_release = [cached]
         try:
             # The keys a batch touches are few next to the table's: shipping them to every task
             # filters the target as it is read, instead of shuffling the whole target to meet
             # them, so a batch costs what it touches rather than what the table holds.
             if (cached.count() if new_truncates else keys_in_batch) <= BROADCAST_KEYS:
                 affected = F.broadcast(cached)
-            history = self._existing_events(target, state, affected, columns)
+            touched = target.join(affected, on=keys, how="left_semi")
+            if flow.stored_as_scd_type == 2:  # three joins below read it: the target is scanned once
+                touched = touched.persist()
+                to_release.append(touched)
+            history = self._existing_events(touched, state, affected, columns)
             everything = events.withColumn(ORIGIN, F.lit(1)).unionByName(history)
             if all_truncates:
                 truncate_events = affected.crossJoin(
@@ -201,18 +206,18 @@ class AutoCdcApplier:
                 )
             filled = self._fill(everything, columns)
             if flow.stored_as_scd_type == 1:
-                result = self._write_scd1(filled, columns, target, affected, txns, new_truncates)
+                result = self._write_scd1(filled, columns, txns, new_truncates)
             else:
-                result = self._write_scd2(filled, columns, target, affected, txns, new_truncates)
+                result = self._write_scd2(filled, columns, touched, txns, new_truncates)
         finally:
-            cached.unpersist()
+            for df in to_release:
+                df.unpersist()
         return result
 
-    def _existing_events(
-        self, target: DataFrame, state: DataFrame, affected: DataFrame, columns: list[str]
-    ) -> DataFrame:
+    def _existing_events(self, rows: DataFrame, state: DataFrame, affected: DataFrame, columns: list[str]) -> DataFrame:
+        """The target's rows of the touched keys (`rows`) turned back into events."""
         keys = list(self.flow.keys)
-        rows = target.join(affected, on=keys, how="left_semi")
+        schema = rows.schema
         null_present = F.lit(None).cast(ArrayType(StringType()))
         if self.flow.stored_as_scd_type == 1:
             upserts = rows.select(
@@ -221,7 +226,7 @@ class AutoCdcApplier:
             tombstones = state.filter(F.col("kind") == "tombstone").join(affected, on=keys, how="left_semi")
             deletes = tombstones.select(
                 *keys,
-                *[F.lit(None).cast(target.schema[c].dataType).alias(c) for c in columns if c not in keys],
+                *[F.lit(None).cast(schema[c].dataType).alias(c) for c in columns if c not in keys],
                 F.col(SEQ),
                 F.lit(True).alias(DELETE),
                 null_present.alias(PRESENT),
@@ -239,7 +244,7 @@ class AutoCdcApplier:
         ended_by_delete = closed.join(starts.alias("n"), on=join, how="left_anti")
         deletes = ended_by_delete.select(
             *[F.col(f"v.{quote(k)}").alias(k) for k in keys],
-            *[F.lit(None).cast(target.schema[c].dataType).alias(c) for c in columns if c not in keys],
+            *[F.lit(None).cast(schema[c].dataType).alias(c) for c in columns if c not in keys],
             F.col(f"v.{END_AT}").alias(SEQ),
             F.lit(True).alias(DELETE),
             null_present.alias(PRESENT),
@@ -282,13 +287,7 @@ class AutoCdcApplier:
 
     # --- SCD1 -------------------------------------------------------------------------------
     def _write_scd1(
-        self,
-        filled: DataFrame,
-        columns: list[str],
-        target: DataFrame,
-        affected: DataFrame,
-        txns: dict[str, int],
-        new_truncates: list[str],
+        self, filled: DataFrame, columns: list[str], txns: dict[str, int], new_truncates: list[str]
     ) -> ApplyResult:
         keys = list(self.flow.keys)
         last = Window.partitionBy(*keys).orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
@@ -316,13 +315,7 @@ class AutoCdcApplier:
 
     # --- SCD2 -------------------------------------------------------------------------------
     def _write_scd2(
-        self,
-        filled: DataFrame,
-        columns: list[str],
-        target: DataFrame,
-        affected: DataFrame,
-        txns: dict[str, int],
-        new_truncates: list[str],
+        self, filled: DataFrame, columns: list[str], existing: DataFrame, txns: dict[str, int], new_truncates: list[str]
     ) -> ApplyResult:
         keys = list(self.flow.keys)
         tracked = tracked_columns(self.flow, columns)
@@ -359,7 +352,6 @@ class AutoCdcApplier:
         )
         versions.persist()
         try:
-            existing = target.join(affected, on=keys, how="left_semi")
             vanished = existing.alias("o").join(
                 versions.alias("n"),
                 on=[F.col(f"o.{quote(k)}").eqNullSafe(F.col(f"n.{quote(k)}")) for k in keys]
