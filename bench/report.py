@@ -172,7 +172,9 @@ def markdown(results: dict[str, Any], chart_name: str) -> str:
             "|---:|---:|---:|---:|",
         ]
         for size, r in sorted(results["growth"].items(), key=lambda item: int(item[0])):
-            lines.append(f"| {int(size):,} | {r['seconds']} | {r['events_per_s']:,.0f} | {r['memory']['driver_gib']} |")
+            run = f" ({r['date']})" if r.get("date") else ""  # a size measured in a later run than the rest
+            row = f"| {int(size):,}{run} | {r['seconds']} | {r['events_per_s']:,.0f} | {r['memory']['driver_gib']} |"
+            lines.append(row)
         lines.append("")
     if results.get("incremental"):
         inc = results["incremental"]
