@@ -182,7 +182,7 @@ class AutoCdcApplier:
             if (cached.count() if new_truncates else keys_in_batch) <= BROADCAST_KEYS:
                 affected = F.broadcast(cached)
             touched = target.join(affected, on=keys, how="left_semi")
-            if flow.stored_as_scd_type == 2:  # three joins below read it: the target is scanned once
+            if flow.stored_as_scd_type == 2:  # read by SCD2 four times below: the target is scanned once
                 touched = touched.persist()
                 to_release.append(touched)
             history = self._existing_events(touched, state, affected, columns)
