@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import runpy
+from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from cdc_medallion.config import PipelineConf, using_conf
@@ -16,6 +18,14 @@ from cdc_medallion.errors import GraphError
 class Graph:
     datasets: dict[str, Dataset]
     flows: dict[str, AnyFlow]
+
+    @cached_property
+    def _auto_cdc_sources(self) -> Counter[str]:
+        return Counter(f.source for f in self.flows.values() if isinstance(f, AutoCdcFlow))
+
+    def auto_cdc_readers(self, dataset: str) -> int:
+        """How many auto CDC flows read `dataset` (gold's SCD1 and SCD2 flows read one view)."""
+        return self._auto_cdc_sources[dataset]
 
     def flows_into(self, target: str) -> list[AnyFlow]:
         return [f for f in self.flows.values() if f.target == target]

@@ -93,6 +93,17 @@ class StorageLock:
             self.handle.close()
 
 
+Range = tuple[str, int | None, int]  # (table, after version, up to version) of one incremental read
+
+
+@dataclass
+class ReadRecord:
+    """What a query read: the ranges of the tables it streamed, and whether it read anything else."""
+
+    ranges: list[Range] = field(default_factory=list)
+    snapshot: bool = False  # read a whole table, or landed files: what was read is not named by `ranges`
+
+
 @dataclass
 class SharedView:
     """A view's checked batch, kept for the other flows that read the same range of its input."""
@@ -114,9 +125,16 @@ class FlowReader:
         self.bytes_read = 0
         self.view_reports: list[exp.ExpectationReport] = []
         self.view_quarantines: list[tuple[str, DataFrame, int]] = []
-        self.ranges: list[tuple[str, int | None, int]] = []  # (table, after version, up to version) read
-        self.read_snapshot = False  # read a whole table: what was read is not named by `ranges`
+        self.records: list[ReadRecord] = [ReadRecord()]  # the flow's, then one per view being evaluated
         self.persisted: list[DataFrame] = []  # views cached for this batch only
+
+    def _read_range(self, read: Range) -> None:
+        for record in self.records:
+            record.ranges.append(read)
+
+    def _read_snapshot(self) -> None:
+        for record in self.records:
+            record.snapshot = True
 
     def _app_id(self, source: str) -> str:
         return f"{self.flow.name}<-{source}"
@@ -135,7 +153,7 @@ class FlowReader:
         assert current is not None
         if done is not None and done >= current:
             self.txns[app_id] = current
-            self.ranges.append((name, done, current))
+            self._read_range((name, done, current))
             return store.read(name).limit(0)
         # A backlog is read in batches of about max_bytes/max_messages_per_batch, as bronze lands it, so
         # memory stays bounded downstream too; the flow loops while `more` is set.
@@ -144,7 +162,7 @@ class FlowReader:
         self.txns[app_id] = upto
         self.more = self.more or upto < current
         self.has_new = True
-        self.ranges.append((name, done, upto))
+        self._read_range((name, done, upto))
         return store.read_appended(name, done, upto)
 
     def read(self, name: str) -> DataFrame:
@@ -152,13 +170,13 @@ class FlowReader:
         if dataset.is_view:
             return self._view(dataset)
         self.runner.ensure_fresh(name)
-        self.read_snapshot = True
+        self._read_snapshot()
         return self.runner.store.read(name)
 
     def read_previous(self, name: str) -> DataFrame | None:
         """A table as committed before this batch (a flow reading its own earlier output)."""
         store = self.runner.store
-        self.read_snapshot = True
+        self._read_snapshot()
         return store.read(name) if store.exists(name) else None
 
     def read_source(self, source: SourceConf) -> DataFrame:
@@ -174,7 +192,7 @@ class FlowReader:
         self.bytes_read += batch.bytes_read
         if batch.rows:
             self.has_new = True
-        self.read_snapshot = True  # landed input is named by file offsets, not table versions
+        self._read_snapshot()  # landed input is named by file offsets, not table versions
         if not batch.rows:
             return self.runner.spark.createDataFrame([], schema=BRONZE_SCHEMA)
         return self.runner.store.stage(batch.to_arrow(), BRONZE_SCHEMA)
@@ -188,21 +206,22 @@ class FlowReader:
         only until the view's last reader has read it, so the cache holds about one batch.
         """
         assert dataset.query is not None
-        first, snapshot_before = len(self.ranges), self.read_snapshot
-        self.read_snapshot = False
-        df = dataset.query()
-        shareable = not self.read_snapshot and not self.more
-        self.read_snapshot = self.read_snapshot or snapshot_before
+        record = ReadRecord()
+        self.records.append(record)
+        try:
+            df = dataset.query()
+        finally:
+            self.records.pop()
         if not dataset.expectations:
             return df
-        flows = self.runner.graph.flows.values()
-        readers = [f for f in flows if isinstance(f, AutoCdcFlow) and f.source == dataset.name]
-        key = (dataset.name, tuple(self.ranges[first:]))
-        shared = self.runner.shared_views.get(key) if shareable and len(readers) > 1 else None
+        readers = self.runner.graph.auto_cdc_readers(dataset.name)
+        shareable = not record.snapshot and not self.more
+        key = (dataset.name, tuple(record.ranges))
+        shared = self.runner.shared_views.get(key) if shareable and readers > 1 else None
         if shared is None:
             marked = exp.mark(df, dataset.expectations, dataset.name).persist(StorageLevel.MEMORY_AND_DISK)
             split = exp.split(marked, dataset.expectations, dataset.name)
-            shared = SharedView(marked, split, readers=len(readers) - 1)
+            shared = SharedView(marked, split, readers=readers - 1)
             if shareable and shared.readers > 0:
                 self.runner.shared_views[key] = shared
             else:
@@ -232,7 +251,7 @@ class LocalRunner:
         self._running: list[str] = []
         self.result = UpdateResult(update_id="")
         self.log: EventLog | None = None
-        self.shared_views: dict[tuple[str, tuple[tuple[str, int | None, int], ...]], SharedView] = {}
+        self.shared_views: dict[tuple[str, tuple[Range, ...]], SharedView] = {}
 
     # --- update -------------------------------------------------------------------------------
     def update(self, full_refresh: bool = False, lock: bool = True) -> UpdateResult:
