@@ -136,6 +136,47 @@ def test_a_batch_rebuilds_only_the_keys_it_touches_by_either_join(spark, tmp_pat
     ]
 
 
+def test_scd2_writes_only_the_versions_a_batch_changed(spark, tmp_path):
+    """A redelivered event rewrites nothing; a late event rewrites only the versions around it."""
+    runner, storage = make_pipeline(
+        tmp_path,
+        """
+        dp.create_streaming_table("people_history")
+        dp.create_auto_cdc_flow(target="people_history", source="changes", keys=["id"], sequence_by="seq",
+                                apply_as_deletes="op = 'D'", except_column_list=["op", "seq"],
+                                stored_as_scd_type=2)
+    """,
+        [row(1, 1, "ann"), row(2, 2, "bob"), row(3, 3, "cy"), row(5, 8, "eve")],
+    )
+    runner.update()
+    append(
+        tmp_path,
+        [
+            row(1, 1, "ann"),  # redelivered: its version stays as stored
+            row(2, 5, "bo"),
+            row(2, 4, "late"),  # ends bob's version and starts one that bo's ends
+            row(3, 6, op="D"),  # ends cy's version
+            row(4, 7, "di"),
+            row(5, 0, "eve"),  # eve's version now starts at 0: the one stored at 8 goes
+        ],
+    )
+    [flow] = [f for f in runner.update().flows.values() if f.target == "people_history"]
+    history = sorted(
+        (r["id"], r["name"], r["__START_AT"], r["__END_AT"]) for r in read_rows(spark, storage, "people_history")
+    )
+    assert history == [
+        (1, "ann", 1, None),
+        (2, "bo", 5, None),
+        (2, "bob", 2, 4),
+        (2, "late", 4, 5),
+        (3, "cy", 3, 6),
+        (4, "di", 7, None),
+        (5, "eve", 0, None),
+    ]
+    # Written: bob's and cy's ends, late, bo, di and eve at 0; deleted: eve at 8. Ann's is untouched.
+    assert (flow.output_rows, flow.deleted) == (6, 1)
+
+
 SHARED_VIEW_FLOWS = """
 @dp.temporary_view(name="stamped")
 @dp.expect_or_drop("named", "name IS NOT NULL")

@@ -29,6 +29,7 @@ from cdc_medallion.identifiers import quote
 from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore, arrow_schema
 
 SEQ, DELETE, TRUNCATE, PRESENT, ORIGIN = "__seq", "__is_delete", "__is_truncate", "__present", "__origin"
+OLD_END = "__old_end"  # SCD2: the end a version had in the target, on the event that stands for that version
 SCD1_SEQUENCE = "__sequence"
 START_AT, END_AT = "__START_AT", "__END_AT"
 ACTION = "__action"
@@ -95,7 +96,8 @@ class AutoCdcApplier:
             summary = events.agg(
                 F.count(F.lit(1)).alias("events"),
                 F.collect_set(F.when(F.col(TRUNCATE), F.col(SEQ))).alias("truncates"),
-                F.count_distinct(F.when(is_row, F.struct(*[F.col(quote(k)) for k in flow.keys]))).alias("keys"),
+                # Only chooses a join strategy: an estimate spares the two shuffles of an exact count.
+                F.approx_count_distinct(F.when(is_row, F.struct(*[F.col(quote(k)) for k in flow.keys]))).alias("keys"),
             ).first()
             if summary is None or summary["events"] == 0:  # silver moved on, not for this table
                 for name in (self.state_name, flow.target):
@@ -169,24 +171,31 @@ class AutoCdcApplier:
         all_truncates = sorted(
             set(new_truncates) | {r[SEQ] for r in state.filter(F.col("kind") == "truncate").select(SEQ).collect()}
         )
-        if new_truncates:  # a truncate touches every key of the table
-            affected = target.select(*keys).union(events.select(*keys)).distinct()
-        else:
-            affected = events.select(*keys).distinct()
-        cached = affected.persist()
-        to_release = [cached]
+        to_release: list[DataFrame] = []
+        if all_truncates:  # each touched key gets the truncate events: its keys must be distinct
+            # A new truncate touches every key of the table.
+            affected = target.select(*keys).union(events.select(*keys)) if new_truncates else events.select(*keys)
+            affected = affected.distinct().persist()
+            to_release.append(affected)
+            if new_truncates:
+                keys_in_batch = affected.count()
+        else:  # a semi join needs no distinct keys: `events` is cached, so reading them again is cheap
+            affected = events.select(*keys)
         try:
             # The keys a batch touches are few next to the table's: shipping them to every task
             # filters the target as it is read, instead of shuffling the whole target to meet
             # them, so a batch costs what it touches rather than what the table holds.
-            if (cached.count() if new_truncates else keys_in_batch) <= BROADCAST_KEYS:
-                affected = F.broadcast(cached)
+            if keys_in_batch <= BROADCAST_KEYS:
+                affected = F.broadcast(affected)
             touched = target.join(affected, on=keys, how="left_semi")
-            if flow.stored_as_scd_type == 2:  # read by SCD2 four times below: the target is scanned once
+            if flow.stored_as_scd_type == 2:  # read by SCD2 three times below: the target is scanned once
                 touched = touched.persist()
                 to_release.append(touched)
             history = self._existing_events(touched, state, affected, columns)
-            everything = events.withColumn(ORIGIN, F.lit(1)).unionByName(history)
+            everything = events.withColumn(ORIGIN, F.lit(1))
+            if flow.stored_as_scd_type == 2:
+                everything = everything.withColumn(OLD_END, F.lit(None).cast(events.schema[SEQ].dataType))
+            everything = everything.unionByName(history)
             if all_truncates:
                 truncate_events = affected.crossJoin(
                     self.spark.createDataFrame(
@@ -202,13 +211,13 @@ class AutoCdcApplier:
                         F.lit(None).cast(ArrayType(StringType())).alias(PRESENT),
                         F.lit(-1).alias(ORIGIN),
                     ),
-                    allowMissingColumns=False,
+                    allowMissingColumns=flow.stored_as_scd_type == 2,  # its OLD_END is NULL
                 )
             filled = self._fill(everything, columns)
             if flow.stored_as_scd_type == 1:
                 result = self._write_scd1(filled, columns, txns, new_truncates)
             else:
-                result = self._write_scd2(filled, columns, touched, txns, new_truncates)
+                result = self._write_scd2(filled, columns, txns, new_truncates)
         finally:
             for df in to_release:
                 df.unpersist()
@@ -233,7 +242,11 @@ class AutoCdcApplier:
             )
             return upserts.unionByName(deletes).withColumn(ORIGIN, F.lit(0))
         upserts = rows.select(
-            *columns, F.col(START_AT).alias(SEQ), F.lit(False).alias(DELETE), null_present.alias(PRESENT)
+            *columns,
+            F.col(START_AT).alias(SEQ),
+            F.lit(False).alias(DELETE),
+            null_present.alias(PRESENT),
+            F.col(END_AT).alias(OLD_END),
         )
         starts = rows.select(*keys, F.col(START_AT).alias("__s"))
         closed = rows.filter(F.col(END_AT).isNotNull()).alias("v")
@@ -248,6 +261,7 @@ class AutoCdcApplier:
             F.col(f"v.{END_AT}").alias(SEQ),
             F.lit(True).alias(DELETE),
             null_present.alias(PRESENT),
+            F.lit(None).cast(schema[END_AT].dataType).alias(OLD_END),
         )
         return upserts.unionByName(deletes).withColumn(ORIGIN, F.lit(0))
 
@@ -283,6 +297,7 @@ class AutoCdcApplier:
             DELETE,
             ORIGIN,
             "__life",
+            *[c for c in events.columns if c == OLD_END],
         )
 
     # --- SCD1 -------------------------------------------------------------------------------
@@ -315,7 +330,7 @@ class AutoCdcApplier:
 
     # --- SCD2 -------------------------------------------------------------------------------
     def _write_scd2(
-        self, filled: DataFrame, columns: list[str], existing: DataFrame, txns: dict[str, int], new_truncates: list[str]
+        self, filled: DataFrame, columns: list[str], txns: dict[str, int], new_truncates: list[str]
     ) -> ApplyResult:
         keys = list(self.flow.keys)
         tracked = tracked_columns(self.flow, columns)
@@ -341,36 +356,52 @@ class AutoCdcApplier:
         ).withColumn(
             "__version", F.sum(F.col("__starts").cast("int")).over(by_key.rowsBetween(Window.unboundedPreceding, 0))
         )
-        upserts = marked.filter(~F.col(DELETE) & (F.col("__version") > 0))
-        in_version = Window.partitionBy(*keys, "__version")
+        # What the target holds for these keys travels with the events: an event of ORIGIN 0 that
+        # is not a delete stands for one stored version (its start is the event's sequence, its end
+        # OLD_END). So what changed is found within each key's partition, with no second pass
+        # over the target. Rewriting every version of every touched key instead made a batch's
+        # cost, and the rows fetched to the driver, grow with each key's history: the 10M bench
+        # ran the heap out of memory in SCD2.
+        stored = F.col(ORIGIN) == 0
+        in_version = Window.partitionBy(*keys, "__version").orderBy(F.col(SEQ), F.col(ORIGIN))
+        whole_version = in_version.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
         latest = Window.partitionBy(*keys, "__version").orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
-        versions = (
-            upserts.withColumn(START_AT, F.min(SEQ).over(in_version))
+
+        def as_row(end: str) -> Column:
+            return F.struct(*[F.col(quote(c)) for c in columns], F.col(end).alias(END_AT))
+
+        upserts = marked.filter(~F.col(DELETE) & (F.col("__version") > 0))
+        ranked = (
+            upserts.withColumn(START_AT, F.first(SEQ).over(whole_version))
+            # The stored version this one began as, when its first event stands for one.
+            .withColumn("__stored", F.first(F.when(stored, as_row(OLD_END))).over(whole_version))
             .withColumn("__rn", F.row_number().over(latest))
-            .filter("__rn = 1")
-            .select(*columns, F.col(START_AT), F.col("__next_boundary").alias(END_AT))
+            # Whether any version still starts where this event's stored version started.
+            .withColumn("__kept", F.max(F.col("__starts").cast("int")).over(Window.partitionBy(*keys, SEQ)) == 1)
         )
-        versions.persist()
-        try:
-            vanished = existing.alias("o").join(
-                versions.alias("n"),
-                on=[F.col(f"o.{quote(k)}").eqNullSafe(F.col(f"n.{quote(k)}")) for k in keys]
-                + [F.col(f"o.{START_AT}") == F.col(f"n.{START_AT}")],
-                how="left_anti",
-            )
-            # A version the target already holds as it is needs no write. Rewriting every version
-            # of every touched key made a batch's cost, and the rows fetched to the driver, grow
-            # with each key's history: the 10M bench ran the heap out of memory in SCD2.
-            row = [*columns, START_AT, END_AT]
-            changed = versions.select(*row).subtract(existing.select(*row))
-            changes = changed.withColumn(ACTION, F.lit("upsert")).unionByName(
-                vanished.select(*row).withColumn(ACTION, F.lit("delete"))
-            )
-            if new_truncates:
-                self._write_state(None, new_truncates, txns)
-            return self._merge(changes.toArrow(), [*keys, START_AT], txns)
-        finally:
-            versions.unpersist()
+        # One pass yields both kinds of change, so the windows above are computed once.
+        changed = F.when(
+            (F.col("__rn") == 1) & ~as_row("__next_boundary").eqNullSafe(F.col("__stored")),
+            F.struct(
+                *[F.col(quote(c)) for c in columns],
+                F.col(START_AT),
+                F.col("__next_boundary").alias(END_AT),
+                F.lit("upsert").alias(ACTION),
+            ),
+        )
+        vanished = F.when(
+            stored & ~F.col("__kept"),
+            F.struct(
+                *[F.col(quote(c)) for c in columns],
+                F.col(SEQ).alias(START_AT),
+                F.col(OLD_END).alias(END_AT),
+                F.lit("delete").alias(ACTION),
+            ),
+        )
+        changes = ranked.select(F.explode(F.filter(F.array(changed, vanished), lambda c: c.isNotNull())).alias("c"))
+        if new_truncates:
+            self._write_state(None, new_truncates, txns)
+        return self._merge(changes.select("c.*").toArrow(), [*keys, START_AT], txns)
 
     # --- writes -----------------------------------------------------------------------------
     def _write_state(self, rows: pa.Table | None, new_truncates: list[str], txns: dict[str, int]) -> None:
