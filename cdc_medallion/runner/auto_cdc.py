@@ -14,10 +14,12 @@ keep their previous value.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType, StructField, StructType
@@ -307,26 +309,27 @@ class AutoCdcApplier:
         keys = list(self.flow.keys)
         last = Window.partitionBy(*keys).orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
         final = filled.withColumn("__rn", F.row_number().over(last)).filter("__rn = 1")
-        # The final row per touched key is all both writes need: fetched once (a batch touches a
-        # bounded number of keys), the state's tombstones and the target's changes are cut from it.
-        latest = final.select(*[F.col(quote(c)) for c in columns], SEQ, DELETE).toArrow()
-        deleted = latest.column(DELETE).fill_null(False)
-        state_rows = pa.table(
-            {
-                **{k: latest.column(k) for k in keys},
-                SEQ: latest.column(SEQ),
-                "kind": pc.if_else(deleted, "tombstone", "clear"),
-            }
-        )
-        self._write_state(state_rows, new_truncates, txns)
-        changes = pa.table(
-            {
-                **{c: latest.column(c) for c in columns},
-                SCD1_SEQUENCE: latest.column(SEQ),
-                ACTION: pc.if_else(deleted, "delete", "upsert"),
-            }
-        )
-        return self._merge(changes, keys, txns)
+        # The final row per touched key is all both writes need: spilled once, the state's
+        # tombstones and the target's changes are cut from it as delta-rs streams it.
+        latest = self.store.spill(final.select(*[F.col(quote(c)) for c in columns], SEQ, DELETE))
+
+        def state_rows(rows: pa.Table) -> pa.Table:
+            deleted = rows.column(DELETE).fill_null(False)
+            kind = pc.if_else(deleted, "tombstone", "clear")
+            return pa.table({**{k: rows.column(k) for k in keys}, SEQ: rows.column(SEQ), "kind": kind})
+
+        def changes(rows: pa.Table) -> pa.Table:
+            deleted = rows.column(DELETE).fill_null(False)
+            return pa.table(
+                {
+                    **{c: rows.column(c) for c in columns},
+                    SCD1_SEQUENCE: rows.column(SEQ),
+                    ACTION: pc.if_else(deleted, "delete", "upsert"),
+                }
+            )
+
+        self._write_state(latest, new_truncates, txns, state_rows)
+        return self._merge(latest, keys, txns, changes)
 
     # --- SCD2 -------------------------------------------------------------------------------
     def _write_scd2(
@@ -401,10 +404,16 @@ class AutoCdcApplier:
         changes = ranked.select(F.explode(F.filter(F.array(changed, vanished), lambda c: c.isNotNull())).alias("c"))
         if new_truncates:
             self._write_state(None, new_truncates, txns)
-        return self._merge(changes.select("c.*").toArrow(), [*keys, START_AT], txns)
+        return self._merge(self.store.spill(changes.select("c.*")), [*keys, START_AT], txns)
 
     # --- writes -----------------------------------------------------------------------------
-    def _write_state(self, rows: pa.Table | None, new_truncates: list[str], txns: dict[str, int]) -> None:
+    def _write_state(
+        self,
+        rows: ds.Dataset | None,
+        new_truncates: list[str],
+        txns: dict[str, int],
+        as_state: Callable[[pa.Table], pa.Table] = lambda rows: rows,
+    ) -> None:
         """Tombstones and truncate markers; committed before the target, idempotently."""
         if self._already_committed(self.state_name, txns):
             return
@@ -418,10 +427,10 @@ class AutoCdcApplier:
             },
             schema=schema,
         )
-        data = pa.concat_tables([_conform(rows, schema), truncates]) if rows is not None else truncates
-        if data.num_rows == 0:
+        if truncates.num_rows + (rows.count_rows() if rows is not None else 0) == 0:
             self.store.commit_progress(self.state_name, txns)
             return
+        data = _stream(schema, truncates.to_batches(), rows, as_state)
         on = " AND ".join(f"(t.{quote(k)} <=> s.{quote(k)})" for k in keys)
         predicate = f"({on}) AND t.`kind` <> 'truncate' AND s.`kind` <> 'truncate'"
         table = self.store.table(self.state_name)
@@ -447,18 +456,24 @@ class AutoCdcApplier:
     def _already_committed(self, name: str, txns: dict[str, int]) -> bool:
         return bool(txns) and all((self.store.txn_version(name, k) or -1) >= v for k, v in txns.items())
 
-    def _merge(self, changes: pa.Table, match: list[str], txns: dict[str, int]) -> ApplyResult:
+    def _merge(
+        self,
+        changes: ds.Dataset,
+        match: list[str],
+        txns: dict[str, int],
+        as_changes: Callable[[pa.Table], pa.Table] = lambda rows: rows,
+    ) -> ApplyResult:
         from deltalake import CommitProperties, Transaction
 
         if self._already_committed(self.flow.target, txns):
             return ApplyResult()
         schema = self.store.spark_schema(self.flow.target)
-        data = _conform(changes, arrow_schema(schema).append(pa.field(ACTION, pa.string())))
-        if data.num_rows == 0:
+        if changes.count_rows() == 0:
             self.store.commit_progress(self.flow.target, txns)
             return ApplyResult()
         predicate = " AND ".join(f"(t.{quote(c)} <=> s.{quote(c)})" for c in match)
         assignments = {quote(c): f"s.{quote(c)}" for c in schema.fieldNames()}
+        data = _stream(arrow_schema(schema).append(pa.field(ACTION, pa.string())), [], changes, as_changes)
         commit_point(f"before merge into {self.flow.target}")
         metrics = (
             self.store.table(self.flow.target)
@@ -479,6 +494,19 @@ class AutoCdcApplier:
             upserted=int(metrics.get("num_target_rows_inserted", 0)) + int(metrics.get("num_target_rows_updated", 0)),
             deleted=int(metrics.get("num_target_rows_deleted", 0)),
         )
+
+
+def _stream(
+    schema: pa.Schema, first: list[pa.RecordBatch], rows: ds.Dataset | None, convert: Callable[[pa.Table], pa.Table]
+) -> pa.RecordBatchReader:
+    """`first`, then `rows` batch by batch through `convert`, all in `schema`: what delta-rs reads."""
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        yield from first
+        for batch in rows.to_batches() if rows is not None else ():
+            yield from _conform(convert(pa.Table.from_batches([batch])), schema).to_batches()
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
 
 
 def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:

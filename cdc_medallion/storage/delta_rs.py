@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.transaction import AddAction
 from pyspark.sql import DataFrame, SparkSession
@@ -279,6 +280,18 @@ class DeltaRsStore:
         staged = folder / f"{uuid.uuid4().hex}.parquet"
         pq.write_table(data, staged)
         return self.spark.read.schema(schema).parquet(str(staged))
+
+    def spill(self, df: DataFrame) -> ds.Dataset:
+        """A DataFrame's rows as Parquet files under `_landing/`, for delta-rs to stream from.
+
+        Collecting them instead (`toArrow`) holds every row in the JVM heap, each task's share
+        as one serialized block, and again in Python. A batch that touches every key (a
+        TRUNCATE) then holds the whole table: at 10M changes that ran the 2 GiB heap out of
+        memory. Tasks write files as they go; `clear_staged` removes them after the batch.
+        """
+        folder = self.root / LANDING_DIR / uuid.uuid4().hex
+        df.write.parquet(str(folder))
+        return ds.dataset(str(folder), format="parquet")
 
     def clear_staged(self) -> None:
         shutil.rmtree(self.root / LANDING_DIR, ignore_errors=True)
