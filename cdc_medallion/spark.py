@@ -19,7 +19,7 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
     SPARK_LOCAL_IP avoids a hostname warning. Shuffle partitions are small because runs are
     micro-batches on two cores, not cluster jobs. The 2 GiB heap suffices because batches are
     bounded in bytes (`max_bytes_per_batch`); a bigger heap only made the JVM's RSS grow to it
-    (measured in bench/: 4.5 GiB with 4g, 3.1 GiB with 2g, same speed). CDC_MEDALLION_SPARK_CONF
+    (measured in bench/, same speed). CDC_MEDALLION_SPARK_CONF
     adds settings ("spark.a=1 spark.b=2").
     """
     active = SparkSession.getActiveSession()

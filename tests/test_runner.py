@@ -175,6 +175,7 @@ def test_scd2_writes_only_the_versions_a_batch_changed(spark, tmp_path):
     ]
     # Written: bob's and cy's ends, late, bo, di and eve at 0; deleted: eve at 8. Ann's is untouched.
     assert (flow.output_rows, flow.deleted) == (6, 1)
+    assert not (Path(storage) / "_landing").exists()  # the changes spilled for MERGE are gone
 
 
 SHARED_VIEW_FLOWS = """
