@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from cdc_medallion.formats import get_format
 from tests.conftest import shared_path
-from tests.helpers import changelog_state, datasets, gold_rows, ingest, load_expected, parse, read_rows
+from tests.helpers import changelog_state, datasets, gold_rows, ingest, load_expected, message, parse, read_rows
 
 SEED = "debezium-postgres-json.txt"
 
@@ -197,3 +198,51 @@ def test_table_without_a_known_key_stays_in_silver_and_is_reported(spark, storag
     assert summary.discovery.unconfigured == ("debezium_json:products",)
     layers = {d["layer"] for d in datasets(storage).values()}
     assert "gold" not in layers and datasets(storage)["silver_debezium_json"]["rows"] == 16
+
+
+# --- the envelope's schema, parsed once per text ----------------------------------------------
+ENVELOPED = [
+    "apache_flink__debezium-data-schema-include.txt",
+    "apache_flink__debezium-postgres-data-schema-include.txt",
+]
+
+
+def payload_first(line: str) -> str:
+    """The same document with its keys swapped, which only the full parse reads."""
+    document = json.loads(line)
+    return json.dumps({"payload": document["payload"], "schema": document["schema"]})
+
+
+@pytest.mark.parametrize("name", ENVELOPED)
+def test_envelope_schema_is_parsed_once_and_events_equal_the_full_parse(name):
+    lines = shared_path("fixtures", "debezium-json", name).read_text(encoding="utf-8").splitlines()
+    lines = [line for line in lines if line.strip()]
+    parser = get_format("debezium-json")("test", None)
+    cached = [parser.events_for(message(line, line=i)) for i, line in enumerate(lines)]
+    full = [parser.events_for(message(payload_first(line), line=i)) for i, line in enumerate(lines)]
+    assert [e["kind"] for group in cached for e in group] == ["change"] * len(lines)
+    assert cached == full
+    # Every message of the file carries the same schema: one entry, read once.
+    assert len(parser._schemas) == 1
+    # Another schema text is another entry: a column retyped in it is retyped in the event.
+    retyped = lines[0].replace('"type":"double"', '"type":"float"').replace('"type": "double"', '"type": "float"')
+    assert retyped != lines[0]
+    [event] = parser.events_for(message(retyped))
+    assert event["column_types"]["weight"] == "float" and cached[0][0]["column_types"]["weight"] == "double"
+    assert len(parser._schemas) == 2
+
+
+def test_envelope_that_only_looks_splittable_is_read_whole():
+    """A `"payload"` key nested in the schema, or keys after the payload, cannot be cut at the
+    first `"payload"`: the full parse reads them, with the same result as the plain message."""
+    path = shared_path("fixtures", "debezium-json", "apache_flink__debezium-data-schema-include.txt")
+    line = next(line for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    document = json.loads(line)
+    [plain] = parse("debezium-json", line)
+    nested = dict(document, schema=dict(document["schema"], parameters={"x": 1, "payload": {"op": "d"}}))
+    trailing = json.dumps(document)[:-1] + ', "connector": "x"}'
+    for variant in (json.dumps(nested), trailing, " \n" + line + "\r\n"):
+        [event] = parse("debezium-json", variant)
+        assert event == plain, variant[:120]
+    [broken] = parse("debezium-json", line[:-1])  # no closing brace: reported, not guessed
+    assert broken["kind"] == "error" and broken["error"].startswith("value: not valid JSON")

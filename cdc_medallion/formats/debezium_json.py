@@ -12,7 +12,10 @@ from __future__ import annotations
 import binascii
 import datetime as dt
 import decimal
+import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from dataclasses import field as default
 from typing import Any, ClassVar
 
 from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
@@ -88,6 +91,29 @@ LOGICAL_TYPES = {
 }
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
+# `{"schema": S, "payload": P}` as Kafka Connect's JsonConverter writes it (JSON whitespace only).
+_ENVELOPE_HEAD = re.compile(rb'[ \t\r\n]*\{[ \t\r\n]*"schema"[ \t\r\n]*:')
+_PAYLOAD_KEY = re.compile(rb',[ \t\r\n]*"payload"[ \t\r\n]*:')
+_SCHEMAS_KEPT = 64  # distinct value schemas remembered per parser (one per table and version)
+
+
+@dataclass(frozen=True)
+class ValueSchema:
+    """What a message's envelope schema says about its rows, worked out once per schema text."""
+
+    schema: dict[str, Any] | None
+    fields: dict[str, Mapping[str, Any]] = default(default_factory=dict)
+    types: dict[str, str] = default(default_factory=dict)
+    source_types: dict[str, str] = default(default_factory=dict)
+
+    @classmethod
+    def of(cls, schema: Any) -> ValueSchema:
+        if not isinstance(schema, dict):
+            return cls(None)
+        fields = _value_fields(schema)
+        types, source_types = _column_types(fields, None, None)
+        return cls(schema, fields, types, source_types)
+
 
 @register_format
 class DebeziumJson(Format):
@@ -97,24 +123,62 @@ class DebeziumJson(Format):
         "schema": (None, "schema name for such messages"),
     }
 
+    def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(source_name, options)
+        self._schemas: dict[bytes, ValueSchema] = {}
+
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
-        document = load_document(message)
-        if document is None:
-            return [self._tombstone(message)]
-        schema: dict[str, Any] | None = None
-        payload: Any = document
-        if "payload" in document and ("schema" in document or set(document) <= {"schema", "payload"}):
-            schema = document.get("schema") if isinstance(document.get("schema"), dict) else None
-            payload = document["payload"]
-            if payload is None:
+        enveloped = self._read_envelope(message.value)
+        if enveloped is not None:
+            value_schema, payload = enveloped
+        else:
+            document = load_document(message)
+            if document is None:
                 return [self._tombstone(message)]
+            value_schema, payload = ValueSchema(None), document
+            if "payload" in document and ("schema" in document or set(document) <= {"schema", "payload"}):
+                value_schema, payload = ValueSchema.of(document.get("schema")), document["payload"]
+        if payload is None:
+            return [self._tombstone(message)]
         if not isinstance(payload, dict):
             raise ParseError("payload", f"expected a JSON object, got {type(payload).__name__}")
+        schema = value_schema.schema
         if "op" not in payload:
             if schema is not None and str(schema.get("name", "")).endswith(".Key"):
                 return [self._key_event(message, schema, payload)]
             raise ParseError("payload.op", "missing: not a Debezium change event")
-        return [self._change(message, schema, payload)]
+        return [self._change(message, value_schema, payload)]
+
+    def _read_envelope(self, value: bytes | None) -> tuple[ValueSchema, Any] | None:
+        """(schema, payload) of a `{"schema": S, "payload": P}` message, S parsed once per text.
+
+        The converter repeats the whole schema in every message, about four fifths of its
+        bytes, and the same few schemas come back all the time: parsing only the payload and
+        looking the schema up by its text halves the parse. The split is safe because a cut
+        at a `"payload"` key nested inside S leaves a text that is not JSON. Anything else
+        (other keys, another order, a BOM, invalid JSON) returns None: the full parse then
+        reads it, or reports it.
+        """
+        if not value:
+            return None
+        head = _ENVELOPE_HEAD.match(value)
+        if head is None:
+            return None
+        separator = _PAYLOAD_KEY.search(value, head.end())
+        body = value.rstrip(b" \t\r\n")
+        if separator is None or not body.endswith(b"}"):
+            return None
+        schema_text = value[head.end() : separator.start()]
+        try:
+            value_schema = self._schemas.get(schema_text)
+            if value_schema is None:
+                value_schema = ValueSchema.of(loads(schema_text))
+                if len(self._schemas) >= _SCHEMAS_KEPT:
+                    self._schemas.clear()
+                self._schemas[schema_text] = value_schema
+            return value_schema, loads(body[separator.end() : -1])
+        except (ValueError, UnicodeDecodeError):
+            return None
 
     # --- events ---------------------------------------------------------------------------
     def _tombstone(self, message: BronzeMessage) -> Event:
@@ -140,7 +204,7 @@ class DebeziumJson(Format):
             "sequence": message.position,
         }
 
-    def _change(self, message: BronzeMessage, schema: Mapping[str, Any] | None, payload: Mapping[str, Any]) -> Event:
+    def _change(self, message: BronzeMessage, value_schema: ValueSchema, payload: Mapping[str, Any]) -> Event:
         code = payload.get("op")
         source = payload.get("source") or {}
         if not isinstance(source, dict):
@@ -159,7 +223,7 @@ class DebeziumJson(Format):
         table = source.get("table") or self.settings["table"] or self._table_from_topic(message)
         if not table:
             raise ParseError("payload.source.table", "missing, and no `table` option or topic to take it from")
-        fields = _value_fields(schema)
+        fields = value_schema.fields
         key = _key_payload(message)
         before_raw = payload.get("before")
         after_raw = payload.get("after")
@@ -183,7 +247,10 @@ class DebeziumJson(Format):
             flags.append("before_image_missing")
         before = self._image(before_raw, fields, "payload.before")
         after = self._image(after_raw, fields, "payload.after")
-        types, source_types = _column_types(fields, before_raw, after_raw)
+        if fields:  # copies: events leave the parser, the schema's stay cached
+            types, source_types = dict(value_schema.types), dict(value_schema.source_types)
+        else:
+            types, source_types = _column_types(fields, before_raw, after_raw)
         changed = None
         if op == OP_UPDATE and before is not None and after is not None:
             if set(before) >= set(after):

@@ -328,7 +328,7 @@ class AutoCdcApplier:
                 }
             )
 
-        self._write_state(latest, new_truncates, txns, state_rows)
+        self._write_state((latest, state_rows), new_truncates, txns)
         return self._merge(latest, keys, txns, changes)
 
     # --- SCD2 -------------------------------------------------------------------------------
@@ -409,12 +409,16 @@ class AutoCdcApplier:
     # --- writes -----------------------------------------------------------------------------
     def _write_state(
         self,
-        rows: ds.Dataset | None,
+        rows: tuple[ds.Dataset, Callable[[pa.Table], pa.Table]] | None,
         new_truncates: list[str],
         txns: dict[str, int],
-        as_state: Callable[[pa.Table], pa.Table] = lambda rows: rows,
     ) -> None:
-        """Tombstones and truncate markers; committed before the target, idempotently."""
+        """Tombstones and truncate markers; committed before the target, idempotently.
+
+        `rows` are SCD1's final rows with how a batch of them becomes state rows; SCD2 keeps
+        only truncate markers in its state and passes None.
+        """
+        dataset, as_state = rows if rows is not None else (None, None)
         if self._already_committed(self.state_name, txns):
             return
         keys = list(self.flow.keys)
@@ -427,10 +431,10 @@ class AutoCdcApplier:
             },
             schema=schema,
         )
-        if truncates.num_rows + (rows.count_rows() if rows is not None else 0) == 0:
+        if truncates.num_rows + (dataset.count_rows() if dataset is not None else 0) == 0:
             self.store.commit_progress(self.state_name, txns)
             return
-        data = _stream(schema, truncates.to_batches(), rows, as_state)
+        data = _stream(schema, truncates.to_batches(), dataset, as_state)
         on = " AND ".join(f"(t.{quote(k)} <=> s.{quote(k)})" for k in keys)
         predicate = f"({on}) AND t.`kind` <> 'truncate' AND s.`kind` <> 'truncate'"
         table = self.store.table(self.state_name)
@@ -461,7 +465,7 @@ class AutoCdcApplier:
         changes: ds.Dataset,
         match: list[str],
         txns: dict[str, int],
-        as_changes: Callable[[pa.Table], pa.Table] = lambda rows: rows,
+        as_changes: Callable[[pa.Table], pa.Table] | None = None,
     ) -> ApplyResult:
         from deltalake import CommitProperties, Transaction
 
@@ -497,14 +501,18 @@ class AutoCdcApplier:
 
 
 def _stream(
-    schema: pa.Schema, first: list[pa.RecordBatch], rows: ds.Dataset | None, convert: Callable[[pa.Table], pa.Table]
+    schema: pa.Schema,
+    first: list[pa.RecordBatch],
+    rows: ds.Dataset | None,
+    convert: Callable[[pa.Table], pa.Table] | None,
 ) -> pa.RecordBatchReader:
     """`first`, then `rows` batch by batch through `convert`, all in `schema`: what delta-rs reads."""
 
     def batches() -> Iterator[pa.RecordBatch]:
         yield from first
         for batch in rows.to_batches() if rows is not None else ():
-            yield from _conform(convert(pa.Table.from_batches([batch])), schema).to_batches()
+            table = pa.Table.from_batches([batch])
+            yield from _conform(convert(table) if convert is not None else table, schema).to_batches()
 
     return pa.RecordBatchReader.from_batches(schema, batches())
 
