@@ -152,12 +152,12 @@ class DebeziumJson(Format):
     def _read_envelope(self, value: bytes | None) -> tuple[ValueSchema, Any] | None:
         """(schema, payload) of a `{"schema": S, "payload": P}` message, S parsed once per text.
 
-        The converter repeats the whole schema in every message, about four fifths of its
-        bytes, and the same few schemas come back all the time: parsing only the payload and
-        looking the schema up by its text halves the parse. The split is safe because a cut
-        at a `"payload"` key nested inside S leaves a text that is not JSON. Anything else
-        (other keys, another order, a BOM, invalid JSON) returns None: the full parse then
-        reads it, or reports it.
+        Kafka Connect's JSON converter repeats the whole schema in every message, about four
+        fifths of its bytes, and the same few schemas come back all the time: parsing only the
+        payload and looking the schema up by its text spares most of the JSON reading. The
+        split is safe because a cut at a `"payload"` key nested inside S leaves a text that is
+        not JSON. Anything else (other keys, another order, a BOM, invalid JSON) returns None:
+        the full parse then reads it, or reports it.
         """
         if not value:
             return None
@@ -284,7 +284,7 @@ class DebeziumJson(Format):
     ) -> dict[str, str | None] | None:
         if image is None:
             return None
-        return {name: _convert(value, fields.get(name), f"{where}.{name}") for name, value in image.items()}
+        return {name: _convert(value, fields.get(name), where, name) for name, value in image.items()}
 
     def _sequence(self, source: Mapping[str, Any], payload: Mapping[str, Any], message: BronzeMessage) -> str:
         return f"{_source_order(source, payload)}|{message.position}"
@@ -366,11 +366,17 @@ def _spark_type(field: Mapping[str, Any]) -> str:
     return CONNECT_TYPES.get(str(field.get("type", "")).lower(), "string")
 
 
-def _convert(value: Any, field: Mapping[str, Any] | None, where: str) -> str | None:
-    """Canonical text of one value, decoding Debezium's logical-type encodings."""
+def _convert(value: Any, field: Mapping[str, Any] | None, image: str, column: str) -> str | None:
+    """Canonical text of one value, decoding Debezium's logical-type encodings.
+
+    Called for every value of every message: plain values return before the logical-type
+    tests, and the error's location is spelled only when there is an error.
+    """
     if value is None or field is None:
         return text_of(value)
     logical = field.get("name")
+    if logical is None:
+        return text_of(value)
     try:
         if logical in ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"):
             return (EPOCH_DATE + dt.timedelta(days=int(value))).isoformat()
@@ -396,7 +402,7 @@ def _convert(value: Any, field: Mapping[str, Any] | None, where: str) -> str | N
         if logical == "io.debezium.data.Bits" and str((field.get("parameters") or {}).get("length")) == "1":
             return text_of(bool(b64decode(value)[0] & 1)) if isinstance(value, str) else text_of(value)
     except (ValueError, TypeError, KeyError, IndexError, OverflowError, binascii.Error, decimal.InvalidOperation) as e:
-        raise ParseError(where, f"cannot decode {value!r} as {logical}: {e}") from None
+        raise ParseError(f"{image}.{column}", f"cannot decode {value!r} as {logical}: {e}") from None
     return text_of(value)
 
 

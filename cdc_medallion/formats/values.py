@@ -17,9 +17,20 @@ EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 EPOCH_DATE = dt.date(1970, 1, 1)
 
 
+_DECODER = json.JSONDecoder(parse_float=decimal.Decimal)
+
+
 def loads(raw: bytes | str) -> Any:
-    """Parse JSON keeping decimal numbers exact (3.140000104904175 stays that text)."""
-    return json.loads(raw, parse_float=decimal.Decimal)
+    """Parse JSON keeping decimal numbers exact (3.140000104904175 stays that text).
+
+    `json.loads` with an option builds a new decoder and scanner on every call, which costs
+    about half as much as parsing a typical payload; this is the same work with one decoder.
+    """
+    if isinstance(raw, bytes | bytearray):
+        raw = raw.decode(json.detect_encoding(raw), "surrogatepass")
+    elif raw.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)
+    return _DECODER.decode(raw)
 
 
 def _json_default(value: Any) -> Any:
