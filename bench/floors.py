@@ -16,7 +16,6 @@ import itertools
 import json
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from bench.timing import best_of
 from bench.workloads import Workload, input_files
 
 KAFKA_DUMP = "topic STRING, partition INT, offset BIGINT, timestamp BIGINT, key STRING, value STRING"
@@ -70,19 +70,12 @@ def parsed(spark: SparkSession, work: Workload, schema: StructType | None) -> Da
 def measure(spark: SparkSession, work: Workload, scratch: Path) -> Floors:
     files = _paths(work)
     spark.read.text(files).count()  # warm the page cache: every floor reads warm files, as we do
-    started = time.monotonic()
-    spark.read.text(files).count()
-    text_count = time.monotonic() - started
+    text_count = best_of(lambda: spark.read.text(files).count())
 
     schema = _message_schema(spark, work)
-    started = time.monotonic()
-    parsed(spark, work, schema).write.format("noop").mode("overwrite").save()
-    noop = time.monotonic() - started
+    noop = best_of(lambda: parsed(spark, work, schema).write.format("noop").mode("overwrite").save())
 
     target = scratch / "floor.parquet"
-    shutil.rmtree(target, ignore_errors=True)
-    started = time.monotonic()
-    parsed(spark, work, schema).write.mode("overwrite").parquet(str(target))
-    parquet = time.monotonic() - started
+    parquet = best_of(lambda: parsed(spark, work, schema).write.mode("overwrite").parquet(str(target)))
     shutil.rmtree(target, ignore_errors=True)
     return Floors(text_count, noop, parquet, schema is not None)
