@@ -372,10 +372,8 @@ def _convert(value: Any, field: Mapping[str, Any] | None, image: str, column: st
     Called for every value of every message: plain values return before the logical-type
     tests, and the error's location is spelled only when there is an error.
     """
-    if value is None or field is None:
-        return text_of(value)
-    logical = field.get("name")
-    if logical is None:
+    logical = field.get("name") if field is not None else None
+    if value is None or logical is None:
         return text_of(value)
     try:
         if logical in ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"):
