@@ -97,6 +97,10 @@ def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path):
     runner.update()
     # the truncate at 10 removed everything before it; the late event at 9 does not come back
     assert {r["id"]: r["name"] for r in read_rows(spark, storage, "people")} == {3: "cy"}
+    # a later batch still knows the stored truncate: the late event at 8 stays out
+    append(tmp_path, [row(4, 12, "di", "y"), row(1, 8, "old", "z")])
+    runner.update()
+    assert {r["id"]: r["name"] for r in read_rows(spark, storage, "people")} == {3: "cy", 4: "di"}
 
 
 @pytest.mark.parametrize("broadcast_keys", [2_000_000, 0], ids=["keys-broadcast", "keys-shuffled"])
