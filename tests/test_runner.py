@@ -103,6 +103,25 @@ def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path):
     assert {r["id"]: r["name"] for r in read_rows(spark, storage, "people")} == {3: "cy", 4: "di"}
 
 
+def test_truncates_by_timestamp_sequence_stored_and_new_in_one_batch(spark, tmp_path):
+    """A batch holding a new truncate meets the one stored by an earlier batch: both are the
+    same kind of timestamp, read back from the state table as Spark collects them."""
+    runner, storage = make_pipeline(
+        tmp_path,
+        """
+        dp.create_streaming_table("people")
+        dp.create_auto_cdc_flow(target="people", source="changes", keys=["id"],
+                                sequence_by=F.expr("timestamp_seconds(seq)"),
+                                apply_as_truncates="op = 'T'", except_column_list=["op", "seq"])
+    """,
+        [row(1, 1, "ann"), row(0, 10, op="T"), row(2, 11, "bob")],
+    )
+    runner.update()
+    append(tmp_path, [row(0, 20, op="T"), row(3, 21, "cy"), row(1, 8, "late")])
+    runner.update()
+    assert {r["id"]: r["name"] for r in read_rows(spark, storage, "people")} == {3: "cy"}
+
+
 @pytest.mark.parametrize("broadcast_keys", [2_000_000, 0], ids=["keys-broadcast", "keys-shuffled"])
 def test_a_batch_rebuilds_only_the_keys_it_touches_by_either_join(spark, tmp_path, monkeypatch, broadcast_keys):
     """Small batches ship their keys to the target scan; huge ones shuffle. Both give DLT's result."""
