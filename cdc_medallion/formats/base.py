@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+import gc
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -91,7 +93,7 @@ class Format(abc.ABC):
             for batch in batches:
                 yield parser.parse_batch(batch)
 
-        return bronze.mapInArrow(run, EVENT_SCHEMA)
+        return spread_over_cores(bronze).mapInArrow(run, EVENT_SCHEMA)
 
     def held_event(self, message: BronzeMessage, reason: str, **fields: Any) -> Event:
         """A message kept back until what completes it arrives; re-fed to the next batch."""
@@ -99,11 +101,16 @@ class Format(abc.ABC):
         return self.complete(event, message)
 
     def parse_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        messages = list(messages_of(batch))
-        return self.to_arrow([self.events_for(m) for m in messages], messages)
+        with cycle_collection_paused():
+            messages = list(messages_of(batch))
+            return self.to_arrow([self.events_for(m) for m in messages], messages)
 
     def parse_all(self, messages: list[BronzeMessage], context: list[Event]) -> pa.RecordBatch:
         """A stateful batch: guarded like `events_for`, so a parser bug quarantines, never crashes."""
+        with cycle_collection_paused():
+            return self._parse_all(messages, context)
+
+    def _parse_all(self, messages: list[BronzeMessage], context: list[Event]) -> pa.RecordBatch:
         try:
             events = self.parse_messages(messages, context)
         except Exception as error:
@@ -173,15 +180,70 @@ class Format(abc.ABC):
         }
 
 
+def spread_over_cores(bronze: DataFrame) -> DataFrame:
+    """Bronze spread over every core before parsing, when Spark's own split would not.
+
+    A landed batch is one Parquet file of one row group, which Spark reads as one partition, so
+    parsing, the costliest step of silver, ran on one core while the others waited. A
+    round-robin shuffle of the raw messages costs less than it frees: on 117k Debezium messages
+    and 2 cores, the parse took 5.3-7.4 s (median 6.2) instead of 6.2-9.1 s (median 7.9).
+    """
+    try:
+        cores = bronze.sparkSession.sparkContext.defaultParallelism
+        partitions = bronze.rdd.getNumPartitions()
+    except Exception:  # Spark Connect (serverless) has neither: its own split stands
+        return bronze
+    return bronze.repartition(cores) if partitions < cores else bronze
+
+
+@contextmanager
+def cycle_collection_paused() -> Iterator[None]:
+    """Python's cycle collector off while a batch is parsed, back on (if it was) afterwards.
+
+    A batch keeps every message and event alive until it is handed back as Arrow, so each
+    automatic collection walks a heap that only grows, and for nothing: parsed messages form no
+    cycles, reference counting frees them. In one Python process, on 20k generated changes a
+    format, parsing took 10-50 % less (IBM Q Replication, ~50 fields a message: half). Whatever
+    cycles a batch does make are collected once the collector is back on.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _unsafe_name(event: Event) -> tuple[str, str] | None:
     table = event.get("source_table")
-    if table is not None and not is_safe_identifier(table):
+    if table is not None and not _is_safe_name(table):
         return "source_table", f"unsafe table name {table!r}"
     for image in ("before", "after"):
-        for column in event.get(image) or ():
-            if not is_safe_identifier(column):
+        columns = event.get(image)
+        if not columns or _SAFE_NAMES.issuperset(columns):
+            continue
+        for column in columns:
+            if not _is_safe_name(column):
                 return f"{image}.{column}", f"unsafe column name {column!r}"
     return None
+
+
+# Names already found safe. A batch names the same few columns thousands of times, and the
+# regular expression was a tenth of a parse; bounded so that a hostile stream of fresh names
+# costs checks, not memory.
+_SAFE_NAMES: set[str] = set()
+_SAFE_NAMES_LIMIT = 100_000
+
+
+def _is_safe_name(name: object) -> bool:
+    if isinstance(name, str) and name in _SAFE_NAMES:
+        return True
+    if not is_safe_identifier(name):
+        return False
+    if len(_SAFE_NAMES) < _SAFE_NAMES_LIMIT:
+        _SAFE_NAMES.add(name)  # type: ignore[arg-type]
+    return True
 
 
 _ARROW_SCHEMA: pa.Schema | None = None
@@ -197,7 +259,7 @@ def _event_arrow_schema() -> pa.Schema:
 
 
 def messages_of(batch: pa.RecordBatch) -> Iterator[BronzeMessage]:
-    columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+    columns = {name: _python_values(batch.column(name)) for name in batch.schema.names}
     for i in range(batch.num_rows):
         headers = columns["headers"][i] or ()
         yield BronzeMessage(
@@ -213,6 +275,23 @@ def messages_of(batch: pa.RecordBatch) -> Iterator[BronzeMessage]:
             ingest_ts=columns["_ingest_ts"][i],
             landing_error=columns["_landing_error"][i],
         )
+
+
+def _python_values(column: pa.Array) -> list[Any]:
+    """A bronze column as Python values, without converting what repeats row after row.
+
+    Files land without Kafka's key, topic, offset, timestamp or headers, and a landing batch
+    shares one file name and ingest time: converting those cell by cell repeats one answer.
+    """
+    rows = len(column)
+    if column.null_count == rows:
+        return [None] * rows
+    if pa.types.is_timestamp(column.type) or pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        encoded = column.dictionary_encode()
+        if len(encoded.dictionary) * 4 < rows:
+            distinct = encoded.dictionary.to_pylist()
+            return [None if i is None else distinct[i] for i in encoded.indices.to_pylist()]
+    return column.to_pylist()
 
 
 def millis_to_ts(value: Any) -> dt.datetime | None:

@@ -44,6 +44,8 @@ def tombstone(message: BronzeMessage) -> Event:
 
 def value_text(value: Any) -> str | None:
     """Canonical text of a JSON value; NaN and infinities spelled the way Spark casts them."""
+    if type(value) is str:
+        return value
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, decimal.Decimal) and not value.is_finite():

@@ -27,7 +27,10 @@ def loads(raw: bytes | str) -> Any:
     about half as much as parsing a typical payload; this is the same work with one decoder.
     """
     if isinstance(raw, bytes | bytearray):
-        raw = raw.decode(json.detect_encoding(raw), "surrogatepass")
+        # `{` then a non-NUL byte is what `detect_encoding` answers "utf-8" for (UTF-16 and -32
+        # put NULs beside it, BOMs start otherwise); it is most messages, so test it first.
+        utf8 = raw[:1] == b"{" and raw[1:2] != b"\x00"
+        raw = raw.decode("utf-8" if utf8 else json.detect_encoding(raw), "surrogatepass")
     elif raw.startswith("\ufeff"):
         raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)
     return _DECODER.decode(raw)
@@ -45,6 +48,8 @@ def dumps(value: Any) -> str:
 
 def text_of(value: Any) -> str | None:
     """Canonical text of a JSON value: scalars as their literal, objects/arrays as compact JSON."""
+    if type(value) is str:  # most values: skip the checks below
+        return value
     if value is None:
         return None
     if isinstance(value, bool):
@@ -60,6 +65,9 @@ def text_of(value: Any) -> str | None:
 
 def inferred_type(value: Any) -> str | None:
     """Spark type of a JSON value when the message carries no schema (None: no evidence)."""
+    exact = _INFERRED.get(type(value))
+    if exact is not None:  # the decoder's own types; subclasses take the checks below
+        return exact
     if value is None:
         return None
     if isinstance(value, bool):
@@ -70,6 +78,8 @@ def inferred_type(value: Any) -> str | None:
         return "double"
     return "string"
 
+
+_INFERRED = {bool: "boolean", int: "bigint", decimal.Decimal: "double", float: "double", str: "string"}
 
 _WIDER = {("bigint", "double"): "double", ("double", "bigint"): "double"}
 

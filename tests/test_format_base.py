@@ -1,0 +1,78 @@
+"""The machinery every format shares: bronze rows handed to parsers, names checked on the way out."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cdc_medallion.formats import get_format
+from cdc_medallion.formats.base import messages_of
+from cdc_medallion.model import BRONZE_SCHEMA, KIND_ERROR
+from cdc_medallion.storage.delta_rs import arrow_schema
+from tests.helpers import message
+
+_TIMES = st.sampled_from([None, dt.datetime(2026, 1, 1, tzinfo=dt.UTC), dt.datetime(2026, 11, 22, 7, tzinfo=dt.UTC)])
+_HEADER = st.fixed_dictionaries({"key": st.sampled_from(["a", "b"]), "value": st.binary(max_size=3)})
+_ROW = st.fixed_dictionaries(
+    {
+        "value": st.one_of(st.none(), st.binary(max_size=8)),
+        "key": st.one_of(st.none(), st.binary(max_size=4)),
+        "topic": st.sampled_from([None, "db.inventory.orders", "t"]),
+        "partition": st.sampled_from([None, 0, 3]),
+        "offset": st.one_of(st.none(), st.integers(0, 2**40)),
+        "timestamp": _TIMES,
+        "headers": st.one_of(st.none(), st.lists(_HEADER, max_size=3)),
+        "_source": st.just("s"),
+        "_file": st.sampled_from([None, "in/a.jsonl", "in/b.jsonl"]),
+        "_line": st.one_of(st.none(), st.integers(0, 10**6)),
+        "_ingest_ts": _TIMES,
+        "_landing_error": st.sampled_from([None, "not valid UTF-8"]),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_ROW, max_size=40))
+def test_messages_carry_every_bronze_cell_whatever_repeats(rows):
+    """Repeated and all-null columns take a shortcut into Python values: it must change nothing."""
+    batch = pa.RecordBatch.from_pylist(rows, schema=arrow_schema(BRONZE_SCHEMA))
+    got = list(messages_of(batch))
+    assert len(got) == len(rows)
+    for m, row in zip(got, rows, strict=True):
+        assert (m.value, m.key, m.topic, m.partition, m.offset) == (
+            row["value"],
+            row["key"],
+            row["topic"],
+            row["partition"],
+            row["offset"],
+        )
+        assert (m.timestamp, m.ingest_ts) == (row["timestamp"], row["_ingest_ts"])
+        assert m.headers == tuple((h["key"], h["value"]) for h in row["headers"] or ())
+        assert (m.file, m.line, m.landing_error) == (row["_file"], row["_line"], row["_landing_error"])
+
+
+def test_a_column_name_seen_safe_does_not_let_an_unsafe_one_through():
+    """Safe names are remembered between messages; an unsafe one must still quarantine its message."""
+    parser = get_format("maxwell-json")("test", None)
+    safe = b'{"database":"d","table":"t","type":"insert","ts":1,"data":{"id":1,"name":"a"}}'
+    unsafe = b'{"database":"d","table":"t","type":"insert","ts":1,"data":{"id":1,"name; DROP TABLE t":"a"}}'
+    assert [e["kind"] for e in parser.events_for(message(safe))] == ["change"]
+    [event] = parser.events_for(message(unsafe))
+    assert event["kind"] == KIND_ERROR
+    assert event["error"].startswith("after.name; DROP TABLE t: unsafe column name")
+    assert [e["kind"] for e in parser.events_for(message(safe, line=2))] == ["change"]
+
+
+def test_a_one_file_batch_is_parsed_on_every_core(spark, tmp_path):
+    """A landed batch is one file Spark reads as one partition; the parse must not stay on one core."""
+    rows = [{**dict.fromkeys(BRONZE_SCHEMA.fieldNames()), "value": b'{"type":"insert"}', "_line": i} for i in range(50)]
+    spark.createDataFrame(rows, BRONZE_SCHEMA).coalesce(1).write.parquet(str(tmp_path / "bronze"))
+    bronze = spark.read.parquet(str(tmp_path / "bronze"))
+    assert bronze.rdd.getNumPartitions() == 1
+    cores = spark.sparkContext.defaultParallelism
+    events = get_format("maxwell-json")("test", None).parse(bronze)
+    assert events.rdd.getNumPartitions() == cores > 1
+    assert events.count() == 50  # spread, not lost or doubled
