@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,7 @@ def chart(results: dict[str, Any], path: Path) -> None:
     plt.close(figure)
 
 
-def markdown(results: dict[str, Any], chart_name: str) -> str:
+def markdown(results: dict[str, Any], chart_name: str | None) -> str:
     m = results["machine"]
     lines = [
         f"# Benchmark, {results['date']}",
@@ -146,7 +147,7 @@ def markdown(results: dict[str, Any], chart_name: str) -> str:
             lines.append(f"| `{key}` | {results[key]} | {_verdict(key, results)} |")
     if "events_per_s_end_to_end" in results:
         lines.append(f"| `events_per_s_end_to_end` | {results['events_per_s_end_to_end']:,.0f} | |")
-    lines += ["", f"![chart]({chart_name})", ""]
+    lines += ["", f"![chart]({chart_name})" if chart_name else "(no chart: matplotlib is not installed)", ""]
     formats = results.get("formats", {})
     if formats:
         lines += [
@@ -240,10 +241,14 @@ def markdown(results: dict[str, Any], chart_name: str) -> str:
 def write_results(results: dict[str, Any], folder: Path) -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     stamp = results["date"][:10]
-    chart_name = f"{stamp}.png"
-    chart(results, folder / chart_name)
-    latest = folder / "latest.json"
+    latest = folder / "latest.json"  # first: a chart that cannot be drawn must not lose the figures
     latest.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    chart_name: str | None = f"{stamp}.png"
+    try:
+        chart(results, folder / chart_name)
+    except ImportError as error:  # `python -m bench` without `make bench`'s extras
+        print(f"bench: no chart ({error}; `make bench` installs matplotlib)", file=sys.stderr)
+        chart_name = None
     report = folder / f"{stamp}.md"
     report.write_text(markdown(results, chart_name) + "\n", encoding="utf-8")
     return latest, report
