@@ -229,9 +229,8 @@ def _unsafe_name(event: Event) -> tuple[str, str] | None:
     return None
 
 
-# Names already found safe. A batch names the same few columns thousands of times, and the
-# regular expression was a tenth of a parse; bounded so that a hostile stream of fresh names
-# costs checks, not memory.
+# Names already found safe: a batch names the same few columns thousands of times. Bounded, so
+# that a hostile stream of fresh names costs checks, not memory.
 _SAFE_NAMES: set[str] = set()
 _SAFE_NAMES_LIMIT = 100_000
 
@@ -259,7 +258,7 @@ def _event_arrow_schema() -> pa.Schema:
 
 
 def messages_of(batch: pa.RecordBatch) -> Iterator[BronzeMessage]:
-    columns = {name: _python_values(batch.column(name)) for name in batch.schema.names}
+    columns = {name: _python_values(batch.column(name), name in _REPEATING_COLUMNS) for name in batch.schema.names}
     for i in range(batch.num_rows):
         headers = columns["headers"][i] or ()
         yield BronzeMessage(
@@ -277,21 +276,22 @@ def messages_of(batch: pa.RecordBatch) -> Iterator[BronzeMessage]:
         )
 
 
-def _python_values(column: pa.Array) -> list[Any]:
-    """A bronze column as Python values, without converting what repeats row after row.
+# Columns a batch fills with a few values: a file landing has one file name and ingest time, a
+# Kafka batch a few topics.
+_REPEATING_COLUMNS = frozenset({"topic", "_source", "_file", "_ingest_ts"})
 
-    Files land without Kafka's key, topic, offset, timestamp or headers, and a landing batch
-    shares one file name and ingest time: converting those cell by cell repeats one answer.
-    """
+
+def _python_values(column: pa.Array, repeats: bool) -> list[Any]:
+    """A bronze column as Python values, converting each distinct value of a repeating column
+    once and an empty column (a file landing has no Kafka key, offset or headers) not at all."""
     rows = len(column)
     if column.null_count == rows:
         return [None] * rows
-    if pa.types.is_timestamp(column.type) or pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        encoded = column.dictionary_encode()
-        if len(encoded.dictionary) * 4 < rows:
-            distinct = encoded.dictionary.to_pylist()
-            return [None if i is None else distinct[i] for i in encoded.indices.to_pylist()]
-    return column.to_pylist()
+    if not repeats:
+        return column.to_pylist()
+    encoded = column.dictionary_encode()
+    distinct = encoded.dictionary.to_pylist()
+    return [None if i is None else distinct[i] for i in encoded.indices.to_pylist()]
 
 
 def millis_to_ts(value: Any) -> dt.datetime | None:

@@ -65,20 +65,15 @@ def text_of(value: Any) -> str | None:
 
 def inferred_type(value: Any) -> str | None:
     """Spark type of a JSON value when the message carries no schema (None: no evidence)."""
-    exact = _INFERRED.get(type(value))
-    if exact is not None:  # the decoder's own types; subclasses take the checks below
-        return exact
     if value is None:
         return None
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "bigint"
-    if isinstance(value, decimal.Decimal | float):
-        return "double"
-    return "string"
+    exact = _INFERRED.get(type(value))  # the decoder's own types, without a chain of tests
+    if exact is not None:
+        return exact
+    return next((name for kind, name in _INFERRED.items() if isinstance(value, kind)), "string")
 
 
+# Order matters for subclasses: a bool is also an int.
 _INFERRED = {bool: "boolean", int: "bigint", decimal.Decimal: "double", float: "double", str: "string"}
 
 _WIDER = {("bigint", "double"): "double", ("double", "bigint"): "double"}
