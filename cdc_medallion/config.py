@@ -28,6 +28,9 @@ SPARK_CONF_KEY = "cdc_medallion.conf"
 # backlog or a message is (Debezium messages with schemas run to kilobytes).
 DEFAULT_MAX_MESSAGES_PER_BATCH = 200_000
 DEFAULT_MAX_BYTES_PER_BATCH = 128 * 1024 * 1024
+# Gold batches up to this many rows (events plus the stored rows of their keys) are rebuilt in
+# the driver: Spark's per-job cost outweighed such batches' work (runner/auto_cdc_driver.py).
+DEFAULT_DRIVER_APPLY_MAX_ROWS = 100_000
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class PipelineConf:
     tables: tuple[TableConf, ...] = ()
     max_messages_per_batch: int = DEFAULT_MAX_MESSAGES_PER_BATCH
     max_bytes_per_batch: int = DEFAULT_MAX_BYTES_PER_BATCH
+    driver_apply_max_rows: int = DEFAULT_DRIVER_APPLY_MAX_ROWS
     conf_file: Path | None = None
 
     def source(self, name: str) -> SourceConf:
@@ -143,6 +147,13 @@ class _Reader:
         unknown = sorted(set(self.data) - self.used)
         if unknown:
             raise self.error(unknown[0], f"unknown key (known: {', '.join(sorted(self.used))})")
+
+
+def _driver_apply_max_rows(pipeline: _Reader) -> int:
+    value = pipeline.get("driver_apply_max_rows", int, default=DEFAULT_DRIVER_APPLY_MAX_ROWS)
+    if value < 0:
+        raise pipeline.error("driver_apply_max_rows", f"must be 0 (always Spark) or more, got {value}")
+    return value
 
 
 def _resolve(base: Path, value: str) -> Path:
@@ -273,6 +284,7 @@ def load_conf(path: str | os.PathLike[str]) -> PipelineConf:
         expectations=_resolve(base, pipeline.get("expectations", str, default="../expectations")),
         max_messages_per_batch=pipeline.get("max_messages_per_batch", int, default=DEFAULT_MAX_MESSAGES_PER_BATCH),
         max_bytes_per_batch=pipeline.get("max_bytes_per_batch", int, default=DEFAULT_MAX_BYTES_PER_BATCH),
+        driver_apply_max_rows=_driver_apply_max_rows(pipeline),
         sources=tuple(sources),
         tables=tables,
         conf_file=file,

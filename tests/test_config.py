@@ -37,6 +37,7 @@ def test_valid_conf_is_typed(tmp_path):
     assert conf.sources[0].input.layout == "json-lines"
     assert conf.tables[0].columns == {"id": "int", "amount": "decimal(9,2)", "name": "string"}
     assert conf.tables[0].gold_name == "gold_t"
+    assert conf.driver_apply_max_rows == 100_000
 
 
 @pytest.mark.parametrize(
@@ -50,6 +51,10 @@ def test_valid_conf_is_typed(tmp_path):
         (("{source: s,", "{source: other,"), "key 'tables[0].source': unknown source 'other'"),
         (("name: VARCHAR(20)", "name: WIBBLE"), "key 'tables[0].columns': name: [INVALID_CONFIG] unknown column type"),
         (("  - name: s\n", "  - name: 's; DROP'\n"), "key 'sources[0].name': 's; DROP' is not a safe identifier"),
+        (
+            ("  name: p\n", "  name: p\n  driver_apply_max_rows: -1\n"),
+            "key 'pipeline.driver_apply_max_rows': must be 0 (always Spark) or more, got -1",
+        ),
     ],
 )
 def test_bad_conf_names_file_key_and_reason(tmp_path, edit, message):

@@ -33,7 +33,15 @@ def changes():
 """
 
 
-def make_pipeline(tmp_path: Path, body: str, rows: list[dict]) -> tuple[LocalRunner, Path]:
+@pytest.fixture(params=[100_000, 0], ids=["rebuilt-in-driver", "rebuilt-by-spark"])
+def rebuild(request) -> int:
+    """`driver_apply_max_rows`: both rebuilds of an auto CDC batch must give DLT's result."""
+    return request.param
+
+
+def make_pipeline(
+    tmp_path: Path, body: str, rows: list[dict], driver_rows: int | None = None
+) -> tuple[LocalRunner, Path]:
     folder = tmp_path / "transformations"
     folder.mkdir(exist_ok=True)
     (folder / "pipeline.py").write_text(PIPELINE_HEAD + textwrap.dedent(body), encoding="utf-8")
@@ -41,7 +49,9 @@ def make_pipeline(tmp_path: Path, body: str, rows: list[dict]) -> tuple[LocalRun
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     conf = tmp_path / "conf.yml"
     conf.write_text(
-        f"pipeline: {{name: t, storage: {tmp_path / 'storage'}, transformations: {folder}, expectations: {tmp_path}}}\n"
+        f"pipeline: {{name: t, storage: {tmp_path / 'storage'}, transformations: {folder}, expectations: {tmp_path}"
+        + ("" if driver_rows is None else f", driver_apply_max_rows: {driver_rows}")
+        + "}\n"
         f"sources: [{{name: s, format: debezium-json, input: {{path: {data}}}}}]\n",
         encoding="utf-8",
     )
@@ -57,7 +67,7 @@ def row(id: int, seq: int, name: str | None = "n", city: str | None = "c", op: s
     return {"id": id, "name": name, "city": city, "seq": seq, "op": op}
 
 
-def test_scd2_tracks_only_the_listed_columns_and_updates_the_rest_in_place(spark, tmp_path):
+def test_scd2_tracks_only_the_listed_columns_and_updates_the_rest_in_place(spark, tmp_path, rebuild):
     runner, storage = make_pipeline(
         tmp_path,
         """
@@ -67,6 +77,7 @@ def test_scd2_tracks_only_the_listed_columns_and_updates_the_rest_in_place(spark
                                 stored_as_scd_type=2, track_history_column_list=["name"])
     """,
         [row(1, 1, "ann", "oslo"), row(1, 2, "ann", "rome"), row(1, 3, "anne", "rome"), row(1, 4, op="D")],
+        driver_rows=rebuild,
     )
     runner.update()
     history = sorted(read_rows(spark, storage, "people"), key=lambda r: r["__START_AT"])
@@ -77,7 +88,7 @@ def test_scd2_tracks_only_the_listed_columns_and_updates_the_rest_in_place(spark
     assert set(history[0]) == {"id", "name", "city", "__START_AT", "__END_AT"}
 
 
-def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path):
+def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path, rebuild):
     runner, storage = make_pipeline(
         tmp_path,
         """
@@ -87,6 +98,7 @@ def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path):
                                 ignore_null_updates=True)
     """,
         [row(1, 1, "ann", "oslo"), row(2, 2, "bob", "bergen"), row(1, 3, None, "rome")],
+        driver_rows=rebuild,
     )
     runner.update()
     assert {r["id"]: (r["name"], r["city"]) for r in read_rows(spark, storage, "people")} == {
@@ -103,7 +115,7 @@ def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path):
     assert {r["id"]: r["name"] for r in read_rows(spark, storage, "people")} == {3: "cy", 4: "di"}
 
 
-def test_truncates_by_timestamp_sequence_stored_and_new_in_one_batch(spark, tmp_path):
+def test_truncates_by_timestamp_sequence_stored_and_new_in_one_batch(spark, tmp_path, rebuild):
     """A batch holding a new truncate meets the one stored by an earlier batch: both are the
     same kind of timestamp, read back from the state table as Spark collects them."""
     runner, storage = make_pipeline(
@@ -115,6 +127,7 @@ def test_truncates_by_timestamp_sequence_stored_and_new_in_one_batch(spark, tmp_
                                 apply_as_truncates="op = 'T'", except_column_list=["op", "seq"])
     """,
         [row(1, 1, "ann"), row(0, 10, op="T"), row(2, 11, "bob")],
+        driver_rows=rebuild,
     )
     runner.update()
     append(tmp_path, [row(0, 20, op="T"), row(3, 21, "cy"), row(1, 8, "late")])
@@ -140,6 +153,7 @@ def test_a_batch_rebuilds_only_the_keys_it_touches_by_either_join(spark, tmp_pat
                                 stored_as_scd_type=2)
     """,
         [row(1, 1, "ann"), row(2, 2, "bob"), row(3, 3, "cy")],
+        driver_rows=0,  # the joins are Spark's
     )
     runner.update()
     append(tmp_path, [row(2, 5, "bo"), row(3, 6, op="D"), row(2, 4, "late"), row(4, 7, "di")])
@@ -159,7 +173,7 @@ def test_a_batch_rebuilds_only_the_keys_it_touches_by_either_join(spark, tmp_pat
     ]
 
 
-def test_scd2_writes_only_the_versions_a_batch_changed(spark, tmp_path):
+def test_scd2_writes_only_the_versions_a_batch_changed(spark, tmp_path, rebuild):
     """A redelivered event rewrites nothing; a late event rewrites only the versions around it."""
     runner, storage = make_pipeline(
         tmp_path,
@@ -170,6 +184,7 @@ def test_scd2_writes_only_the_versions_a_batch_changed(spark, tmp_path):
                                 stored_as_scd_type=2)
     """,
         [row(1, 1, "ann"), row(2, 2, "bob"), row(3, 3, "cy"), row(5, 8, "eve")],
+        driver_rows=rebuild,
     )
     runner.update()
     append(

@@ -30,6 +30,7 @@ from cdc_medallion.declarative.definitions import AutoCdcFlow
 from cdc_medallion.errors import GraphError
 from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import quote
+from cdc_medallion.runner import auto_cdc_driver as driver
 from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore, arrow_schema
 
 SEQ, DELETE, TRUNCATE, PRESENT, ORIGIN = "__seq", "__is_delete", "__is_truncate", "__present", "__origin"
@@ -45,6 +46,7 @@ class ApplyResult:
     upserted: int = 0
     deleted: int = 0
     truncates: int = 0
+    in_driver: bool = False  # rebuilt by auto_cdc_driver.py rather than by Spark
 
 
 def _expr(value: str | Column | None, default: bool = False) -> Column:
@@ -80,12 +82,15 @@ def tracked_columns(flow: AutoCdcFlow, columns: list[str]) -> list[str]:
 class AutoCdcApplier:
     """Applies one batch of one auto CDC flow."""
 
-    def __init__(self, store: DeltaRsStore, flow: AutoCdcFlow, properties: dict[str, str]) -> None:
+    def __init__(
+        self, store: DeltaRsStore, flow: AutoCdcFlow, properties: dict[str, str], driver_rows: int = 0
+    ) -> None:
         self.store = store
         self.spark = store.spark
         self.flow = flow
         self.properties = properties
         self.state_name = f"{STATE_DIR}/{flow.target}"
+        self.driver_rows = driver_rows  # batches up to this many rows are rebuilt in the driver
 
     # --- public -----------------------------------------------------------------------------
     def apply(self, batch: DataFrame, txns: dict[str, int]) -> ApplyResult:
@@ -95,26 +100,180 @@ class AutoCdcApplier:
         events.persist()
         try:
             self._ensure_target(events, columns)
-            # One job answers what used to take three: is there anything, which truncates, how many keys.
-            is_row = ~F.col(TRUNCATE)
-            summary = events.agg(
-                F.count(F.lit(1)).alias("events"),
-                F.collect_set(F.when(F.col(TRUNCATE), F.col(SEQ))).alias("truncates"),
-                # Only chooses a join strategy: an estimate spares the two shuffles of an exact count.
-                F.approx_count_distinct(F.when(is_row, F.struct(*[F.col(quote(k)) for k in flow.keys]))).alias("keys"),
-            ).first()
-            if summary is None or summary["events"] == 0:  # silver moved on, not for this table
-                for name in (self.state_name, flow.target):
-                    if not self._already_committed(name, txns):
-                        self.store.commit_progress(name, txns)
-                return ApplyResult()
-            new_truncates = list(summary["truncates"])
-            rows = events.filter(is_row).drop(TRUNCATE)
-            result = self._apply(rows, columns, new_truncates, txns, summary["keys"])
+            applied = self._apply_in_driver(events, columns, txns) if self.driver_rows else None
+            return applied if applied is not None else self._apply_with_spark(events, columns, txns)
         finally:
             events.unpersist()
+
+    def _apply_with_spark(self, events: DataFrame, columns: list[str], txns: dict[str, int]) -> ApplyResult:
+        flow = self.flow
+        # One job answers what used to take three: is there anything, which truncates, how many keys.
+        is_row = ~F.col(TRUNCATE)
+        summary = events.agg(
+            F.count(F.lit(1)).alias("events"),
+            F.collect_set(F.when(F.col(TRUNCATE), F.col(SEQ))).alias("truncates"),
+            # Only chooses a join strategy: an estimate spares the two shuffles of an exact count.
+            F.approx_count_distinct(F.when(is_row, F.struct(*[F.col(quote(k)) for k in flow.keys]))).alias("keys"),
+        ).first()
+        if summary is None or summary["events"] == 0:
+            return self._nothing_to_apply(txns)
+        new_truncates = list(summary["truncates"])
+        rows = events.filter(is_row).drop(TRUNCATE)
+        result = self._apply(rows, columns, new_truncates, txns, summary["keys"])
         result.truncates = len(new_truncates)
         return result
+
+    def _nothing_to_apply(self, txns: dict[str, int]) -> ApplyResult:
+        """Silver moved on, but not for this table: progress is recorded all the same."""
+        for name in (self.state_name, self.flow.target):
+            if not self._already_committed(name, txns):
+                self.store.commit_progress(name, txns)
+        return ApplyResult()
+
+    # --- the rebuild in the driver (auto_cdc_driver.py) ---------------------------------------
+    def _apply_in_driver(self, events: DataFrame, columns: list[str], txns: dict[str, int]) -> ApplyResult | None:
+        """The batch rebuilt in Python when it and the rows its keys hold are few; None leaves it to Spark."""
+        keys = list(self.flow.keys)
+        schema = arrow_schema(events.schema)
+        key_types = [schema.field(k).type for k in keys]
+        if not driver.orderable(schema.field(SEQ).type) or not all(driver.groupable(t) for t in key_types):
+            return None
+        collected = events.limit(self.driver_rows + 1).toArrow()
+        if collected.num_rows > self.driver_rows:
+            return None
+        collected = collected.cast(schema)
+        if collected.num_rows == 0:
+            return self._nothing_to_apply(txns)
+        is_truncate = pc.fill_null(collected.column(TRUNCATE), False)
+        new_truncates = list(dict.fromkeys(collected.column(SEQ).filter(is_truncate).to_pylist()))
+        rows = collected.filter(pc.invert(is_truncate))
+        if any(rows.column(k).null_count for k in keys):
+            return None  # Spark groups NULL keys but never joins them: left to its exact rules
+        histories = driver.KeyHistories(columns, keys)
+        for key, row, seq, deleted, present in zip(
+            driver.keys_of(rows, keys),
+            driver.rows_of(rows, columns),
+            rows.column(SEQ).to_pylist(),
+            driver.truthy(rows.column(DELETE)),
+            rows.column(PRESENT).to_pylist(),
+            strict=True,
+        ):
+            histories.add(key, driver.Event(row, seq, 1, deleted, None if present is None else frozenset(present)))
+        stored = self._stored_rows(set(histories.by_key), keys, key_types, everything=bool(new_truncates))
+        if stored is None or stored.num_rows + rows.num_rows > self.driver_rows:
+            return None
+        self._add_stored_events(histories, stored, schema, new_truncates)
+        if self.flow.stored_as_scd_type == 1:
+            final = driver.scd1_final(histories)
+            latest = ds.dataset(
+                driver.table_of(
+                    [r for r, _, _ in final],
+                    {SEQ: [s for _, s, _ in final], DELETE: [d for _, _, d in final]},
+                    pa.schema([*(schema.field(c) for c in columns), schema.field(SEQ), schema.field(DELETE)]),
+                )
+            )
+            self._write_state((latest, _scd1_state_rows(keys)), new_truncates, txns)
+            result = self._merge(latest, keys, txns, _scd1_changes(columns))
+        else:
+            changed = driver.scd2_changes(histories, tracked_columns(self.flow, columns))
+            seq_type = schema.field(SEQ).type
+            changes = driver.table_of(
+                [r for r, _, _, _ in changed],
+                {
+                    START_AT: [s for _, s, _, _ in changed],
+                    END_AT: [e for _, _, e, _ in changed],
+                    ACTION: [a for _, _, _, a in changed],
+                },
+                pa.schema(
+                    [
+                        *(schema.field(c) for c in columns),
+                        pa.field(START_AT, seq_type),
+                        pa.field(END_AT, seq_type),
+                        pa.field(ACTION, pa.string()),
+                    ]
+                ),
+            )
+            if new_truncates:
+                self._write_state(None, new_truncates, txns)
+            result = self._merge(ds.dataset(changes), [*keys, START_AT], txns)
+        result.truncates = len(new_truncates)
+        result.in_driver = True
+        return result
+
+    def _add_stored_events(
+        self, histories: driver.KeyHistories, stored: pa.Table, schema: pa.Schema, new_truncates: list[Any]
+    ) -> None:
+        """What the target and state hold for the touched keys, as events, the way
+        `_existing_events` and the truncate events of `_apply` make them."""
+        keys = list(self.flow.keys)
+        affected = set(histories.by_key)
+        stored_keys = driver.keys_of(stored, keys)
+        if new_truncates:  # a new truncate touches every key of the table
+            affected.update(stored_keys)
+        scd1 = self.flow.stored_as_scd_type == 1
+        starts = stored.column(SCD1_SEQUENCE if scd1 else START_AT).to_pylist()
+        ends = [None] * stored.num_rows if scd1 else stored.column(END_AT).to_pylist()
+        for key, row, seq, end in zip(
+            stored_keys, driver.rows_of(stored, histories.columns), starts, ends, strict=True
+        ):
+            histories.add(key, driver.Event(row, seq, 0, False, None, end))
+        state = self._stored_state(keys, schema)
+        if scd1:  # the tombstones of deleted keys
+            for key, seq in state["tombstone"]:
+                if key in affected:
+                    histories.add(key, driver.Event(histories.empty_row(key), seq, 0, True, None))
+        else:  # a version whose end is not another version's start was ended by a delete
+            starts_of: dict[tuple[Any, ...], set[Any]] = {}
+            for key, seq in zip(stored_keys, starts, strict=True):
+                starts_of.setdefault(key, set()).add(seq)
+            for key, end in zip(stored_keys, ends, strict=True):
+                if end is not None and end not in starts_of[key]:
+                    histories.add(key, driver.Event(histories.empty_row(key), end, 0, True, None))
+        truncates = set(new_truncates) | {seq for _, seq in state["truncate"]}
+        for key in affected if truncates else ():
+            for seq in truncates:
+                histories.add(key, driver.Event(histories.empty_row(key), seq, -1, True, None))
+
+    def _stored_rows(
+        self, keys_in_batch: set[tuple[Any, ...]], keys: list[str], key_types: list[pa.DataType], *, everything: bool
+    ) -> pa.Table | None:
+        """The target's rows of the batch's keys (all of them after a truncate), read by delta-rs
+        in the target's Spark schema; None when there are too many or a stored key is NULL."""
+        table = self.store.table(self.flow.target)
+        if everything and table.count() > self.driver_rows:
+            return None
+        target = arrow_schema(self.store.spark_schema(self.flow.target))
+        # Read in Spark's types and filtered here: delta-rs reads strings as string_view, which
+        # a filter pushed into the scan cannot compare with its statistics (pyarrow 22).
+        data = table.to_pyarrow_dataset(schema=target)
+        wanted = None if everything else driver.key_filter(keys, keys_in_batch, key_types)
+        parts, kept = [target.empty_table()], 0
+        for batch in data.to_batches():
+            part = pa.Table.from_batches([batch], schema=target)
+            parts.append(part if wanted is None else part.filter(wanted))
+            kept += parts[-1].num_rows
+            if kept > self.driver_rows:
+                return None
+        found = pa.concat_tables(parts)
+        if any(found.column(k).null_count for k in keys):
+            return None
+        if everything:
+            return found
+        exact = [k in keys_in_batch for k in driver.keys_of(found, keys)]
+        return found.filter(pa.array(exact, pa.bool_()))
+
+    def _stored_state(self, keys: list[str], schema: pa.Schema) -> dict[str, list[tuple[tuple[Any, ...], Any]]]:
+        """The state table's rows by kind: (key, sequence) of each tombstone and truncate."""
+        stored = arrow_schema(self.store.spark_schema(self.state_name))
+        state = self.store.table(self.state_name).to_pyarrow_dataset(schema=stored).to_table()
+        state = state.cast(pa.schema([*(schema.field(k) for k in keys), schema.field(SEQ), stored.field("kind")]))
+        by_kind: dict[str, list[tuple[tuple[Any, ...], Any]]] = {"tombstone": [], "truncate": []}
+        rows = zip(
+            driver.keys_of(state, keys), state.column(SEQ).to_pylist(), state.column("kind").to_pylist(), strict=True
+        )
+        for key, seq, kind in rows:
+            by_kind.setdefault(kind, []).append((key, seq))
+        return by_kind
 
     # --- event preparation -------------------------------------------------------------------
     def _events(self, batch: DataFrame, columns: list[str]) -> DataFrame:
@@ -324,24 +483,8 @@ class AutoCdcApplier:
         # The final row per touched key is all both writes need: spilled once, the state's
         # tombstones and the target's changes are cut from it as delta-rs streams it.
         latest = self.store.spill(final.select(*[F.col(quote(c)) for c in columns], SEQ, DELETE))
-
-        def state_rows(rows: pa.Table) -> pa.Table:
-            deleted = rows.column(DELETE).fill_null(False)
-            kind = pc.if_else(deleted, "tombstone", "clear")
-            return pa.table({**{k: rows.column(k) for k in keys}, SEQ: rows.column(SEQ), "kind": kind})
-
-        def changes(rows: pa.Table) -> pa.Table:
-            deleted = rows.column(DELETE).fill_null(False)
-            return pa.table(
-                {
-                    **{c: rows.column(c) for c in columns},
-                    SCD1_SEQUENCE: rows.column(SEQ),
-                    ACTION: pc.if_else(deleted, "delete", "upsert"),
-                }
-            )
-
-        self._write_state((latest, state_rows), new_truncates, txns)
-        return self._merge(latest, keys, txns, changes)
+        self._write_state((latest, _scd1_state_rows(keys)), new_truncates, txns)
+        return self._merge(latest, keys, txns, _scd1_changes(columns))
 
     # --- SCD2 -------------------------------------------------------------------------------
     def _write_scd2(
@@ -510,6 +653,33 @@ class AutoCdcApplier:
             upserted=int(metrics.get("num_target_rows_inserted", 0)) + int(metrics.get("num_target_rows_updated", 0)),
             deleted=int(metrics.get("num_target_rows_deleted", 0)),
         )
+
+
+def _scd1_state_rows(keys: list[str]) -> Callable[[pa.Table], pa.Table]:
+    """SCD1's final rows as state rows: a delete leaves a tombstone, anything else clears it."""
+
+    def state_rows(rows: pa.Table) -> pa.Table:
+        deleted = rows.column(DELETE).fill_null(False)
+        kind = pc.if_else(deleted, "tombstone", "clear")
+        return pa.table({**{k: rows.column(k) for k in keys}, SEQ: rows.column(SEQ), "kind": kind})
+
+    return state_rows
+
+
+def _scd1_changes(columns: list[str]) -> Callable[[pa.Table], pa.Table]:
+    """SCD1's final rows as the target's changes."""
+
+    def changes(rows: pa.Table) -> pa.Table:
+        deleted = rows.column(DELETE).fill_null(False)
+        return pa.table(
+            {
+                **{c: rows.column(c) for c in columns},
+                SCD1_SEQUENCE: rows.column(SEQ),
+                ACTION: pc.if_else(deleted, "delete", "upsert"),
+            }
+        )
+
+    return changes
 
 
 def _stream(

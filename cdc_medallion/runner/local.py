@@ -417,13 +417,15 @@ class LocalRunner:
                 txns = {f"{view}<-{app.split('<-', 1)[1]}": v for app, v in reader.txns.items() if "<-" in app}
                 self._append_quarantine(name, rows, txns, {"layer": "quarantine", "quarantine_of": flow.source})
         properties = {**dataset.table_properties, "scd_type": str(flow.stored_as_scd_type)}
-        applied = AutoCdcApplier(self.store, flow, properties).apply(batch, reader.txns)
+        applier = AutoCdcApplier(self.store, flow, properties, driver_rows=self.conf.driver_apply_max_rows)
+        applied = applier.apply(batch, reader.txns)
         result.batches += 1
         result.output_rows += applied.upserted
         result.deleted += applied.deleted
         self.progress(
             f"  {flow.target:<40} {applied.upserted:,} upserted, {applied.deleted:,} deleted"
             + (f", {applied.truncates} truncate(s)" if applied.truncates else "")
+            + (" in the driver" if applied.in_driver else "")
             + f" ({time.monotonic() - started:.1f}s)"
         )
         self._log_flow(
