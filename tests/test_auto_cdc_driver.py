@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import ArrayType, IntegerType, StringType, StructField, StructType
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
 from cdc_medallion.runner.auto_cdc import AutoCdcApplier
+from cdc_medallion.runner.auto_cdc_driver import present_sets
 from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore
 
 SCHEMA = StructType(
@@ -90,3 +92,16 @@ def test_a_batch_over_the_limit_is_left_to_spark(spark, tmp_path):
     assert AutoCdcApplier(store, flow, {}, driver_rows=10).apply(frame.limit(3), {"t<-v": 1}).in_driver
     assert _rows(store, "t")[0][:3] == (0, "a", "b")
     assert len(_rows(store, "t")) == 5
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    lists=st.lists(st.one_of(st.none(), st.lists(st.sampled_from(["a", "b", "c"]), max_size=3)), max_size=20),
+    cut=st.integers(0, 20),
+)
+def test_present_sets_match_the_lists_they_come_from(lists, cut):
+    """Chunks, slices and NULL lists: each event gets its own set, none borrowed from a neighbour."""
+    array = pa.array(lists, pa.list_(pa.string()))
+    column = pa.chunked_array([array.slice(0, cut), array.slice(cut)], pa.list_(pa.string()))
+    expected = [None if v is None else frozenset(v) for v in lists]
+    assert present_sets(column) == expected

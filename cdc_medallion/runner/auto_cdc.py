@@ -155,10 +155,10 @@ class AutoCdcApplier:
             driver.rows_of(rows, columns),
             rows.column(SEQ).to_pylist(),
             driver.truthy(rows.column(DELETE)),
-            rows.column(PRESENT).to_pylist(),
+            driver.present_sets(rows.column(PRESENT)),
             strict=True,
         ):
-            histories.add(key, driver.Event(row, seq, 1, deleted, None if present is None else frozenset(present)))
+            histories.add(key, driver.Event(row, seq, 1, deleted, present))
         stored = self._stored_rows(set(histories.by_key), keys, key_types, everything=bool(new_truncates))
         if stored is None or stored.num_rows + rows.num_rows > self.driver_rows:
             return None

@@ -159,6 +159,26 @@ def rows_of(table: pa.Table, columns: Sequence[str]) -> list[list[Any]]:
     return list(map(list, zip(*lists, strict=True))) if lists else [[] for _ in range(table.num_rows)]
 
 
+def present_sets(column: pa.ChunkedArray) -> list[frozenset[str] | None]:
+    """Each event's present columns. A batch repeats a few sets many times, so the strings are
+    converted in one flat pass and each distinct set is built once: converting the lists
+    themselves cost a third of a second for 16k events (bench)."""
+    out: list[frozenset[str] | None] = []
+    known: dict[tuple[str, ...], frozenset[str]] = {}
+    for chunk in column.chunks:
+        names, offsets, valid = chunk.values.to_pylist(), chunk.offsets.to_pylist(), chunk.is_valid().to_pylist()
+        for i, is_valid in enumerate(valid):
+            if not is_valid:
+                out.append(None)
+                continue
+            present = tuple(names[offsets[i] : offsets[i + 1]])
+            found = known.get(present)
+            if found is None:
+                found = known[present] = frozenset(present)
+            out.append(found)
+    return out
+
+
 def keys_of(table: pa.Table, keys: Sequence[str]) -> list[tuple[Any, ...]]:
     return list(zip(*(table.column(k).to_pylist() for k in keys), strict=True))
 
