@@ -88,6 +88,19 @@ def ratio(floor_seconds: float, our_seconds: float) -> float:
 
 
 # --- parts ------------------------------------------------------------------------------------
+def warm_up(spark, sampler, args) -> None:
+    """One untimed small run before anything is timed. The JVM compiles Spark's code paths on
+    first use, and the first format measured paid for it: AWS DMS took 25 s end to end as the
+    run's first format and 11 s as the second run in one session (2026-11-22)."""
+    from bench import ours
+    from bench.workloads import workload
+
+    say("warm-up: debezium-json, 2,000 changes, not timed")
+    work = workload(args.work / "inputs", "debezium-json", 2_000, say=say)
+    with work.fresh_storage() as conf:
+        ours.run(spark, conf, sampler)
+
+
 def per_format(spark, sampler, args) -> dict[str, Any]:
     from bench import floors, ours
     from bench.workloads import workload
@@ -316,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     latest = report = args.results
     with RssSampler() as sampler:
+        warm_up(spark, sampler, args)
         for name, part in parts:
             if name not in args.parts:
                 continue
