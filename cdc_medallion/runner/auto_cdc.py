@@ -163,39 +163,16 @@ class AutoCdcApplier:
         if stored is None or stored.num_rows + rows.num_rows > self.driver_rows:
             return None
         self._add_stored_events(histories, stored, schema, new_truncates)
+        fields = [schema.field(c) for c in columns]
+        seq = schema.field(SEQ)
         if self.flow.stored_as_scd_type == 1:
-            final = driver.scd1_final(histories)
-            latest = ds.dataset(
-                driver.table_of(
-                    [r for r, _, _ in final],
-                    {SEQ: [s for _, s, _ in final], DELETE: [d for _, _, d in final]},
-                    pa.schema([*(schema.field(c) for c in columns), schema.field(SEQ), schema.field(DELETE)]),
-                )
-            )
-            self._write_state((latest, _scd1_state_rows(keys)), new_truncates, txns)
-            result = self._merge(latest, keys, txns, _scd1_changes(columns))
+            final = driver.table_of(driver.scd1_final(histories), pa.schema([*fields, seq, schema.field(DELETE)]))
+            result = self._commit_scd1(ds.dataset(final), columns, txns, new_truncates)
         else:
             changed = driver.scd2_changes(histories, tracked_columns(self.flow, columns))
-            seq_type = schema.field(SEQ).type
-            changes = driver.table_of(
-                [r for r, _, _, _ in changed],
-                {
-                    START_AT: [s for _, s, _, _ in changed],
-                    END_AT: [e for _, _, e, _ in changed],
-                    ACTION: [a for _, _, _, a in changed],
-                },
-                pa.schema(
-                    [
-                        *(schema.field(c) for c in columns),
-                        pa.field(START_AT, seq_type),
-                        pa.field(END_AT, seq_type),
-                        pa.field(ACTION, pa.string()),
-                    ]
-                ),
-            )
-            if new_truncates:
-                self._write_state(None, new_truncates, txns)
-            result = self._merge(ds.dataset(changes), [*keys, START_AT], txns)
+            ends = [pa.field(START_AT, seq.type), pa.field(END_AT, seq.type), pa.field(ACTION, pa.string())]
+            changes = driver.table_of(changed, pa.schema([*fields, *ends]))
+            result = self._commit_scd2(ds.dataset(changes), txns, new_truncates)
         result.truncates = len(new_truncates)
         result.in_driver = True
         return result
@@ -483,6 +460,13 @@ class AutoCdcApplier:
         # The final row per touched key is all both writes need: spilled once, the state's
         # tombstones and the target's changes are cut from it as delta-rs streams it.
         latest = self.store.spill(final.select(*[F.col(quote(c)) for c in columns], SEQ, DELETE))
+        return self._commit_scd1(latest, columns, txns, new_truncates)
+
+    def _commit_scd1(
+        self, latest: ds.Dataset, columns: list[str], txns: dict[str, int], new_truncates: list[Any]
+    ) -> ApplyResult:
+        """Each touched key's final row (columns, SEQ, DELETE) into the state, then the target."""
+        keys = list(self.flow.keys)
         self._write_state((latest, _scd1_state_rows(keys)), new_truncates, txns)
         return self._merge(latest, keys, txns, _scd1_changes(columns))
 
@@ -557,9 +541,13 @@ class AutoCdcApplier:
             ),
         )
         changes = ranked.select(F.explode(F.filter(F.array(changed, vanished), lambda c: c.isNotNull())).alias("c"))
+        return self._commit_scd2(self.store.spill(changes.select("c.*")), txns, new_truncates)
+
+    def _commit_scd2(self, changes: ds.Dataset, txns: dict[str, int], new_truncates: list[Any]) -> ApplyResult:
+        """The changed versions (columns, start, end, action); the state keeps only truncates."""
         if new_truncates:
             self._write_state(None, new_truncates, txns)
-        return self._merge(self.store.spill(changes.select("c.*")), [*keys, START_AT], txns)
+        return self._merge(changes, [*self.flow.keys, START_AT], txns)
 
     # --- writes -----------------------------------------------------------------------------
     def _write_state(

@@ -95,15 +95,15 @@ class KeyHistories:
             yield key, events
 
 
-def scd1_final(histories: KeyHistories) -> list[tuple[list[Any], Any, bool]]:
-    """Each touched key's last event: (row, sequence, is delete)."""
-    return [(events[-1].row, events[-1].seq, events[-1].delete) for _, events in histories.filled()]
+def scd1_final(histories: KeyHistories) -> list[list[Any]]:
+    """Each touched key's last event: its row, then sequence and is-delete."""
+    return [[*events[-1].row, events[-1].seq, events[-1].delete] for _, events in histories.filled()]
 
 
-def scd2_changes(histories: KeyHistories, tracked: Sequence[str]) -> list[tuple[list[Any], Any, Any, str]]:
-    """The versions to upsert and to delete: (row, start, end, action), as `_write_scd2`."""
+def scd2_changes(histories: KeyHistories, tracked: Sequence[str]) -> list[list[Any]]:
+    """The versions to upsert and to delete, as `_write_scd2`: row, then start, end and action."""
     tracked_index = [histories.columns.index(c) for c in tracked]
-    out: list[tuple[list[Any], Any, Any, str]] = []
+    out: list[list[Any]] = []
     for _, events in histories.filled():
         n = len(events)
         starts = [False] * n
@@ -134,13 +134,11 @@ def scd2_changes(histories: KeyHistories, tracked: Sequence[str]) -> list[tuple[
                 group.append(i)
         for event in events:  # stored versions that no version starts at any more
             if event.origin == 0 and not event.delete and event.seq not in starting_at:
-                out.append((event.row, event.seq, event.old_end, "delete"))
+                out.append([*event.row, event.seq, event.old_end, "delete"])
     return out
 
 
-def _version_changes(
-    events: list[Event], group: list[int], next_boundary: list[Any]
-) -> list[tuple[list[Any], Any, Any, str]]:
+def _version_changes(events: list[Event], group: list[int], next_boundary: list[Any]) -> list[list[Any]]:
     """One version's upsert, unless it is a stored version that stays as it was: its latest
     values with the end the next boundary gives it, started where its first event is."""
     first, last = events[group[0]], events[group[-1]]
@@ -149,7 +147,7 @@ def _version_changes(
         stored = _normal([*first.row, first.old_end])
         if _normal([*last.row, end]) == stored:
             return []
-    return [(last.row, first.seq, end, "upsert")]
+    return [[*last.row, first.seq, end, "upsert"]]
 
 
 # --- Arrow in and out ------------------------------------------------------------------------
@@ -195,13 +193,11 @@ def key_filter(
     return expression
 
 
-def table_of(rows: list[list[Any]], extra: dict[str, list[Any]], schema: pa.Schema) -> pa.Table:
-    """Rows over the leading fields of `schema`, then the `extra` columns over the rest."""
-    leading = list(schema)[: len(schema) - len(extra)]
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in leading]
-    arrays = [pa.array(list(values), field.type) for values, field in zip(columns, leading, strict=True)]
-    arrays += [pa.array(values, schema.field(name).type) for name, values in extra.items()]
-    return pa.Table.from_arrays(arrays, schema=schema)
+def table_of(rows: list[list[Any]], schema: pa.Schema) -> pa.Table:
+    columns = zip(*rows, strict=True) if rows else ([] for _ in schema)
+    return pa.Table.from_arrays(
+        [pa.array(list(values), f.type) for values, f in zip(columns, schema, strict=True)], schema=schema
+    )
 
 
 def truthy(array: pa.ChunkedArray) -> list[bool]:
