@@ -4,11 +4,13 @@ leave the same target and state tables. Real Spark, real Delta tables."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, IntegerType, StringType, StructField, StructType
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
@@ -105,3 +107,14 @@ def test_present_sets_match_the_lists_they_come_from(lists, cut):
     column = pa.chunked_array([array.slice(0, cut), array.slice(cut)], pa.list_(pa.string()))
     expected = [None if v is None else frozenset(v) for v in lists]
     assert present_sets(column) == expected
+
+
+def test_null_keys_and_floating_point_sequences_are_left_to_spark(spark, tmp_path):
+    """Python would group a NULL key that Spark never joins, and orders NaN unlike Spark."""
+    with_null_key = spark.createDataFrame([(None, "a", "b", 1, "U", None), (1, "a", "b", 2, "U", None)], SCHEMA)
+    applier = AutoCdcApplier(DeltaRsStore(tmp_path / "null", spark), FLOWS[0], {}, driver_rows=1000)
+    assert not applier.apply(with_null_key, {"t<-v": 0}).in_driver
+    by_double = dataclasses.replace(FLOWS[0], sequence_by=F.col("seq").cast("double"))
+    frame = spark.createDataFrame([(1, "a", "b", 1, "U", None)], SCHEMA)
+    applier = AutoCdcApplier(DeltaRsStore(tmp_path / "double", spark), by_double, {}, driver_rows=1000)
+    assert not applier.apply(frame, {"t<-v": 0}).in_driver
