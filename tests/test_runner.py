@@ -33,9 +33,9 @@ def changes():
 """
 
 
-@pytest.fixture(params=[100_000, 0], ids=["rebuilt-in-driver", "rebuilt-by-spark"])
-def rebuild(request) -> int:
-    """`driver_apply_max_rows`: both rebuilds of an auto CDC batch must give DLT's result."""
+@pytest.fixture(params=[100_000, 3, 0], ids=["small-in-driver", "over-a-limit-of-3", "all-by-spark"])
+def driver_rows(request) -> int:
+    """`driver_apply_max_rows`: batches handled in the driver (all, some, none) give what Spark gives."""
     return request.param
 
 
@@ -67,7 +67,7 @@ def row(id: int, seq: int, name: str | None = "n", city: str | None = "c", op: s
     return {"id": id, "name": name, "city": city, "seq": seq, "op": op}
 
 
-def test_scd2_tracks_only_the_listed_columns_and_updates_the_rest_in_place(spark, tmp_path, rebuild):
+def test_scd2_tracks_only_the_listed_columns_and_updates_the_rest_in_place(spark, tmp_path, driver_rows):
     runner, storage = make_pipeline(
         tmp_path,
         """
@@ -77,7 +77,7 @@ def test_scd2_tracks_only_the_listed_columns_and_updates_the_rest_in_place(spark
                                 stored_as_scd_type=2, track_history_column_list=["name"])
     """,
         [row(1, 1, "ann", "oslo"), row(1, 2, "ann", "rome"), row(1, 3, "anne", "rome"), row(1, 4, op="D")],
-        driver_rows=rebuild,
+        driver_rows=driver_rows,
     )
     runner.update()
     history = sorted(read_rows(spark, storage, "people"), key=lambda r: r["__START_AT"])
@@ -88,7 +88,7 @@ def test_scd2_tracks_only_the_listed_columns_and_updates_the_rest_in_place(spark
     assert set(history[0]) == {"id", "name", "city", "__START_AT", "__END_AT"}
 
 
-def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path, rebuild):
+def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path, driver_rows):
     runner, storage = make_pipeline(
         tmp_path,
         """
@@ -98,7 +98,7 @@ def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path, rebu
                                 ignore_null_updates=True)
     """,
         [row(1, 1, "ann", "oslo"), row(2, 2, "bob", "bergen"), row(1, 3, None, "rome")],
-        driver_rows=rebuild,
+        driver_rows=driver_rows,
     )
     runner.update()
     assert {r["id"]: (r["name"], r["city"]) for r in read_rows(spark, storage, "people")} == {
@@ -115,7 +115,7 @@ def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path, rebu
     assert {r["id"]: r["name"] for r in read_rows(spark, storage, "people")} == {3: "cy", 4: "di"}
 
 
-def test_truncates_by_timestamp_sequence_stored_and_new_in_one_batch(spark, tmp_path, rebuild):
+def test_truncates_by_timestamp_sequence_stored_and_new_in_one_batch(spark, tmp_path, driver_rows):
     """A batch holding a new truncate meets the one stored by an earlier batch: both are the
     same kind of timestamp, read back from the state table as Spark collects them."""
     runner, storage = make_pipeline(
@@ -127,7 +127,7 @@ def test_truncates_by_timestamp_sequence_stored_and_new_in_one_batch(spark, tmp_
                                 apply_as_truncates="op = 'T'", except_column_list=["op", "seq"])
     """,
         [row(1, 1, "ann"), row(0, 10, op="T"), row(2, 11, "bob")],
-        driver_rows=rebuild,
+        driver_rows=driver_rows,
     )
     runner.update()
     append(tmp_path, [row(0, 20, op="T"), row(3, 21, "cy"), row(1, 8, "late")])
@@ -173,7 +173,7 @@ def test_a_batch_rebuilds_only_the_keys_it_touches_by_either_join(spark, tmp_pat
     ]
 
 
-def test_scd2_writes_only_the_versions_a_batch_changed(spark, tmp_path, rebuild):
+def test_scd2_writes_only_the_versions_a_batch_changed(spark, tmp_path, driver_rows):
     """A redelivered event rewrites nothing; a late event rewrites only the versions around it."""
     runner, storage = make_pipeline(
         tmp_path,
@@ -184,7 +184,7 @@ def test_scd2_writes_only_the_versions_a_batch_changed(spark, tmp_path, rebuild)
                                 stored_as_scd_type=2)
     """,
         [row(1, 1, "ann"), row(2, 2, "bob"), row(3, 3, "cy"), row(5, 8, "eve")],
-        driver_rows=rebuild,
+        driver_rows=driver_rows,
     )
     runner.update()
     append(
@@ -275,7 +275,7 @@ def test_both_auto_cdc_flows_apply_one_evaluation_of_their_view(spark, tmp_path)
     assert spark.sparkContext._jsc.sc().getPersistentRDDs().size() == cached_before
 
 
-def test_expect_or_fail_aborts_with_nothing_committed(spark, tmp_path):
+def test_expect_or_fail_aborts_with_nothing_committed(spark, tmp_path, driver_rows):
     runner, storage = make_pipeline(
         tmp_path,
         """
@@ -285,6 +285,7 @@ def test_expect_or_fail_aborts_with_nothing_committed(spark, tmp_path):
             return dp.read_stream("changes")
     """,
         [row(1, 1), row(2, -5)],
+        driver_rows=driver_rows,
     )
     with pytest.raises(ExpectationFailed, match="seq_positive failed on 1 row"):
         runner.update()
@@ -295,7 +296,7 @@ def test_expect_or_fail_aborts_with_nothing_committed(spark, tmp_path):
     ] == ["FAILED"]
 
 
-def test_drop_and_quarantine_counts_and_materialized_view(spark, tmp_path):
+def test_drop_and_quarantine_counts_and_materialized_view(spark, tmp_path, driver_rows):
     runner, storage = make_pipeline(
         tmp_path,
         """
@@ -311,6 +312,7 @@ def test_drop_and_quarantine_counts_and_materialized_view(spark, tmp_path):
             return dp.read("valid").groupBy("city").count()
     """,
         [row(1, 1), row(2, 2, name=None), row(3, 3, city=None), row(4, 4, op="X")],
+        driver_rows=driver_rows,
     )
     runner.update()
     assert sorted(r["id"] for r in read_rows(spark, storage, "valid")) == [1, 3]
@@ -331,7 +333,7 @@ def test_drop_and_quarantine_counts_and_materialized_view(spark, tmp_path):
     assert progress[0]["data_quality"]["dropped_records"] == 1
 
 
-def test_rules_named_with_quotes_and_constraints_with_comments(spark, tmp_path):
+def test_rules_named_with_quotes_and_constraints_with_comments(spark, tmp_path, driver_rows):
     """Rules are evaluated as one SQL expression: a name's quotes and backslashes stay text, and
     a `--` comment in one constraint does not swallow the rules after it."""
     runner, storage = make_pipeline(
@@ -344,6 +346,7 @@ def test_rules_named_with_quotes_and_constraints_with_comments(spark, tmp_path):
             return dp.read_stream("changes")
     """,
         [row(1, 1), row(2, 2, name=None), row(3, 3, op="X"), row(4, 4, name=None, op="X")],
+        driver_rows=driver_rows,
     )
     runner.update()
     assert [r["id"] for r in read_rows(spark, storage, "valid")] == [1]

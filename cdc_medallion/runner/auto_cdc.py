@@ -31,6 +31,7 @@ from cdc_medallion.errors import GraphError
 from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import quote
 from cdc_medallion.runner import auto_cdc_driver as driver
+from cdc_medallion.runner.small_batch import collect_small
 from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore, arrow_schema
 
 SEQ, DELETE, TRUNCATE, PRESENT, ORIGIN = "__seq", "__is_delete", "__is_truncate", "__present", "__origin"
@@ -138,8 +139,8 @@ class AutoCdcApplier:
         key_types = [schema.field(k).type for k in keys]
         if not driver.orderable(schema.field(SEQ).type) or not all(driver.groupable(t) for t in key_types):
             return None
-        collected = events.limit(self.driver_rows + 1).toArrow()
-        if collected.num_rows > self.driver_rows:
+        collected = collect_small(events, self.driver_rows)
+        if collected is None:
             return None
         collected = collected.cast(schema)
         if collected.num_rows == 0:

@@ -18,9 +18,11 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from cdc_medallion.config import PipelineConf, SourceConf, using_conf
 from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow, Dataset, DatasetKind, Flow
@@ -31,9 +33,10 @@ from cdc_medallion.runner import expectations as exp
 from cdc_medallion.runner.auto_cdc import AutoCdcApplier
 from cdc_medallion.runner.event_log import EventLog
 from cdc_medallion.runner.graph import Graph, load_graph
+from cdc_medallion.runner.small_batch import collect_small
 from cdc_medallion.sources.files import FileLanding
 from cdc_medallion.spark import get_spark
-from cdc_medallion.storage.delta_rs import DeltaRsStore
+from cdc_medallion.storage.delta_rs import DeltaRsStore, arrow_schema
 
 Progress = Callable[[str], None]
 
@@ -123,10 +126,12 @@ class FlowReader:
         self.has_new = False
         self.more = False
         self.bytes_read = 0
+        self.rows_read: int | None = 0  # new input rows, None when unknown (a commit's log is gone)
         self.view_reports: list[exp.ExpectationReport] = []
         self.view_quarantines: list[tuple[str, DataFrame, int]] = []
         self.records: list[ReadRecord] = [ReadRecord()]  # the flow's, then one per view being evaluated
         self.persisted: list[DataFrame] = []  # views cached for this batch only
+        self.landed: tuple[DataFrame, pa.Table] | None = None  # landed rows, as served and as read
 
     def _read_range(self, read: Range) -> None:
         for record in self.records:
@@ -135,6 +140,9 @@ class FlowReader:
     def _read_snapshot(self) -> None:
         for record in self.records:
             record.snapshot = True
+
+    def _count_read(self, rows: int | None) -> None:
+        self.rows_read = None if rows is None or self.rows_read is None else self.rows_read + rows
 
     def _app_id(self, source: str) -> str:
         return f"{self.flow.name}<-{source}"
@@ -162,6 +170,7 @@ class FlowReader:
         self.txns[app_id] = upto
         self.more = self.more or upto < current
         self.has_new = True
+        self._count_read(store.appended_rows(name, done, upto))
         self._read_range((name, done, upto))
         return store.read_appended(name, done, upto)
 
@@ -190,12 +199,16 @@ class FlowReader:
         self.txns.update(batch.txns)
         self.more = self.more or batch.more
         self.bytes_read += batch.bytes_read
+        self._count_read(len(batch.rows))
         if batch.rows:
             self.has_new = True
         self._read_snapshot()  # landed input is named by file offsets, not table versions
         if not batch.rows:
             return self.runner.spark.createDataFrame([], schema=BRONZE_SCHEMA)
-        return self.runner.store.stage(batch.to_arrow(), BRONZE_SCHEMA)
+        landed = batch.to_arrow()
+        served = self.runner.store.stage(landed, BRONZE_SCHEMA)
+        self.landed = (served, landed)
+        return served
 
     def _view(self, dataset: Dataset) -> DataFrame:
         """The view's rows that pass its expectations, split and counted once per input range.
@@ -342,13 +355,18 @@ class LocalRunner:
     def _append(self, flow: Flow, batch: DataFrame, reader: FlowReader, result: FlowResult) -> None:
         dataset = self.graph.dataset(flow.target)
         started = time.monotonic()
-        marked = exp.mark(batch, dataset.expectations, dataset.name).persist(StorageLevel.MEMORY_AND_DISK)
+        marked = exp.mark(batch, dataset.expectations, dataset.name)
+        split = self._split_in_driver(batch, marked, dataset, reader)
+        if split is None:
+            marked = marked.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            split = exp.split(marked, dataset.expectations, dataset.name)
-            self._write_quarantines(reader, split, dataset)
-            written = self._append_once(flow.target, split.valid, reader.txns, dataset.table_properties)
+            if split is None:
+                split = exp.split(marked, dataset.expectations, dataset.name)
+            self._write_quarantines(reader, split, dataset, marked.schema)
+            written = self._append_once(flow.target, split.valid, reader.txns, dataset.table_properties, batch.schema)
         finally:
-            marked.unpersist()
+            if marked.is_cached:
+                marked.unpersist()
         result.batches += 1
         result.output_rows += written
         result.quarantined += split.report.quarantined
@@ -363,7 +381,27 @@ class LocalRunner:
         )
         self._log_flow(flow, dataset.name, written, [split.report, *reader.view_reports], {})
 
-    def _append_once(self, name: str, df: DataFrame, txns: dict[str, int], properties: Any) -> int:
+    def _split_in_driver(
+        self, batch: DataFrame, marked: DataFrame, dataset: Dataset, reader: FlowReader
+    ) -> exp.Split | None:
+        """A small batch collected and split in the driver (see `small_batch.py`); None: by Spark.
+
+        Only a small new input is collected: a large one would be parsed twice (collect, then
+        Spark). Its output is about as large as itself, whatever the format: a message's events
+        carry its own values. A flow that also read a whole table (a join, held messages) may
+        give more, so its rows are collected under a limit.
+        """
+        limit = self.conf.driver_apply_max_rows
+        if reader.rows_read is None or reader.rows_read > limit:
+            return None
+        if reader.landed is not None and batch is reader.landed[0] and not dataset.expectations:
+            # Landed rows written as they landed (bronze): they are in the driver already.
+            rows = reader.landed[1]
+            return exp.Split(valid=rows, quarantine=None, report=exp.ExpectationReport(dataset.name, rows.num_rows))
+        collected = collect_small(marked, limit, few=not reader.records[0].snapshot)
+        return None if collected is None else exp.split_arrow(collected, dataset.expectations, dataset.name)
+
+    def _append_once(self, name: str, rows: exp.Rows, txns: dict[str, int], properties: Any, schema: StructType) -> int:
         """Append unless this exact batch is already committed (a re-run after a crash)."""
         if (
             self.store.exists(name)
@@ -371,10 +409,18 @@ class LocalRunner:
             and all((self.store.txn_version(name, app) or -1) >= version for app, version in txns.items())
         ):
             return 0
-        return self.store.append(name, df, txns, properties)
+        if isinstance(rows, pa.Table):
+            return self.store.append_arrow(name, rows, schema, txns, properties)
+        return self.store.append(name, rows, txns, properties)
 
     def _append_quarantine(
-        self, name: str, rows: DataFrame, txns: dict[str, int], properties: Any, target: str | None = None
+        self,
+        name: str,
+        rows: exp.Rows,
+        txns: dict[str, int],
+        properties: Any,
+        schema: StructType,
+        target: str | None = None,
     ) -> int:
         """Quarantine rows exactly once, even when a batch is retried over a longer input range.
 
@@ -384,6 +430,8 @@ class LocalRunner:
         a user's table need not be unique); view quarantines carry bronze references, so always.
         """
         if self.store.exists(name) and (target is None or self._partly_committed(name, target, txns)):
+            if isinstance(rows, pa.Table):  # a retry, rare: compared by Spark
+                rows = self.store.stage(rows.cast(arrow_schema(schema)), schema)
 
             def content(df: DataFrame) -> Column:
                 return F.sha2(F.to_json(F.struct(*[df[f"`{c}`"] for c in df.columns])), 256)
@@ -391,7 +439,7 @@ class LocalRunner:
             seen = self.store.read(name)
             seen = seen.select(content(seen).alias("__content")).distinct()
             rows = rows.withColumn("__content", content(rows)).join(seen, "__content", "left_anti").drop("__content")
-        return self._append_once(name, rows, txns, properties)
+        return self._append_once(name, rows, txns, properties, schema)
 
     def _partly_committed(self, side: str, target: str, txns: dict[str, int]) -> bool:
         """True when `side` holds a batch of these inputs that `target` has not committed yet."""
@@ -399,14 +447,17 @@ class LocalRunner:
             (self.store.txn_version(side, app) or -1) > (self.store.txn_version(target, app) or -1) for app in txns
         )
 
-    def _write_quarantines(self, reader: FlowReader, split: exp.Split, dataset: Dataset) -> None:
-        pending = [(name, rows, count, None) for name, rows, count in reader.view_quarantines]
+    def _write_quarantines(
+        self, reader: FlowReader, split: exp.Split, dataset: Dataset, marked_schema: StructType
+    ) -> None:
+        pending = [(name, rows, count, rows.schema, None) for name, rows, count in reader.view_quarantines]
         if split.quarantine is not None:
-            pending.append((f"{dataset.name}_quarantine", split.quarantine, split.report.quarantined, dataset.name))
-        for name, rows, count, target in pending:
+            quarantine = (f"{dataset.name}_quarantine", split.quarantine, split.report.quarantined)
+            pending.append((*quarantine, marked_schema, dataset.name))
+        for name, rows, count, schema, target in pending:
             if count:  # no empty quarantine tables
                 properties = {"layer": "quarantine", "quarantine_of": dataset.name}
-                self._append_quarantine(name, rows, reader.txns, properties, target)
+                self._append_quarantine(name, rows, reader.txns, properties, schema, target)
 
     def _apply_auto_cdc(self, flow: AutoCdcFlow, batch: DataFrame, reader: FlowReader, result: FlowResult) -> None:
         dataset = self.graph.dataset(flow.target)
@@ -415,7 +466,8 @@ class LocalRunner:
             if count:  # both SCD flows read the view: its quarantine is committed once, as the view's
                 view = name.removesuffix("_quarantine")
                 txns = {f"{view}<-{app.split('<-', 1)[1]}": v for app, v in reader.txns.items() if "<-" in app}
-                self._append_quarantine(name, rows, txns, {"layer": "quarantine", "quarantine_of": flow.source})
+                properties = {"layer": "quarantine", "quarantine_of": flow.source}
+                self._append_quarantine(name, rows, txns, properties, rows.schema)
         properties = {**dataset.table_properties, "scd_type": str(flow.stored_as_scd_type)}
         applier = AutoCdcApplier(self.store, flow, properties, driver_rows=self.conf.driver_apply_max_rows)
         applied = applier.apply(batch, reader.txns)

@@ -130,22 +130,43 @@ class DeltaRsStore:
         total_bytes = total_rows = 0
         chosen = first
         for version in range(first, up_to + 1):
-            commit = self.path(name) / "_delta_log" / f"{version:020d}.json"
-            try:
-                lines = commit.read_text(encoding="utf-8").splitlines()
-            except OSError:  # commit file cleaned up: no sizes to go by, read everything
+            added = self._added(name, version)
+            if added is None:  # commit file cleaned up: no sizes to go by, read everything
                 return up_to
-            for line in lines:
-                if '"add"' not in line:
-                    continue
-                add = json.loads(line).get("add", {})
-                total_bytes += add.get("size", 0)
-                total_rows += json.loads(add.get("stats") or "{}").get("numRecords", 0)
+            total_bytes += added[0]
+            total_rows += added[1]
             over = total_bytes > max_bytes or (max_rows is not None and total_rows > max_rows)
             if over and version > first:
                 return chosen
             chosen = version
         return up_to
+
+    def appended_rows(self, name: str, after_version: int | None, up_to: int) -> int | None:
+        """Rows appended in (after_version, up_to], from the commits' stats; None when unknown."""
+        first = 0 if after_version is None or after_version < 0 else after_version + 1
+        total = 0
+        for version in range(first, up_to + 1):
+            added = self._added(name, version)
+            if added is None:
+                return None
+            total += added[1]
+        return total
+
+    def _added(self, name: str, version: int) -> tuple[int, int] | None:
+        """Bytes and rows one commit added, or None when its log file is gone."""
+        commit = self.path(name) / "_delta_log" / f"{version:020d}.json"
+        try:
+            lines = commit.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return None
+        size = rows = 0
+        for line in lines:
+            if '"add"' not in line:
+                continue
+            add = json.loads(line).get("add", {})
+            size += add.get("size", 0)
+            rows += json.loads(add.get("stats") or "{}").get("numRecords", 0)
+        return size, rows
 
     def count(self, name: str) -> int:
         return self.table(name).count() if self.exists(name) else 0
@@ -213,6 +234,9 @@ class DeltaRsStore:
         """Append an Arrow table directly (used where the batch already lives in the driver)."""
         self.ensure_table(name, schema, properties)
         self.check_schema(name, schema)
+        if data.num_rows == 0:  # no empty data file, only the progress
+            self.commit_progress(name, txns)
+            return 0
         commit_point(f"before append to {name}")
         write_deltalake(
             str(self.path(name)),

@@ -1,0 +1,26 @@
+"""Small batches are handled in the driver, with Arrow, instead of by more Spark jobs.
+
+On two cores a Spark job costs a tenth of a second to a second however few rows it holds.
+A batch of a few thousand rows spent most of its time in jobs that count, cache and write
+it (bench, 20k changes): collected once, it is counted and split with Arrow and written by
+delta-rs in the same atomic commit. The limit is `pipeline.driver_apply_max_rows`.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+
+def collect_small(rows: DataFrame, limit: int, few: bool = False) -> pa.Table | None:
+    """The rows as one Arrow table when there are at most `limit`; None when more (or limit 0).
+
+    One job either way. Unless the caller knows the rows are `few` (their input was counted),
+    the query runs with a limit of `limit + 1`, so a batch over the limit costs at most that
+    many rows of work and memory before it is left to Spark. The limit has a price: its rows
+    are shuffled into one partition, a stage of their own (0.3 s of a 2.8 s silver batch).
+    """
+    if limit <= 0:
+        return None
+    collected = rows.toArrow() if few else rows.limit(limit + 1).toArrow()
+    return None if collected.num_rows > limit else collected
