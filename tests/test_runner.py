@@ -233,13 +233,16 @@ dp.create_auto_cdc_flow(target="people_history", source="stamped", keys=["id"], 
 """
 
 
-def test_both_auto_cdc_flows_apply_one_evaluation_of_their_view(spark, tmp_path):
+def test_both_auto_cdc_flows_apply_one_evaluation_of_their_view(spark, tmp_path, driver_rows):
     """SCD1 and SCD2 reading the same range of one view in an update share its evaluation (parsed,
     checked and counted once); a flow that is behind reads its own range; nothing stays cached."""
     persisted = spark.sparkContext._jsc.sc().getPersistentRDDs()
     cached_before = persisted.size()
     runner, storage = make_pipeline(
-        tmp_path, SHARED_VIEW_FLOWS + HISTORY_FLOW, [row(1, 1, "ann"), row(2, 2, None), row(3, 3, "cy")]
+        tmp_path,
+        SHARED_VIEW_FLOWS + HISTORY_FLOW,
+        [row(1, 1, "ann"), row(2, 2, None), row(3, 3, "cy")],
+        driver_rows=driver_rows,
     )
     runner.update()
     current = {r["id"]: r["stamp"] for r in read_rows(spark, storage, "people")}
@@ -256,7 +259,9 @@ def test_both_auto_cdc_flows_apply_one_evaluation_of_their_view(spark, tmp_path)
 
     # The history flow joins later: it reads everything, the current-state flow only the new row.
     (tmp_path / "late").mkdir()
-    runner, storage = make_pipeline(tmp_path / "late", SHARED_VIEW_FLOWS, [row(1, 1, "ann"), row(2, 2, "bob")])
+    runner, storage = make_pipeline(
+        tmp_path / "late", SHARED_VIEW_FLOWS, [row(1, 1, "ann"), row(2, 2, "bob")], driver_rows=driver_rows
+    )
     runner.update()
     append(tmp_path / "late", [row(1, 3, "anne")])
     (tmp_path / "late" / "transformations" / "pipeline.py").write_text(
