@@ -191,7 +191,7 @@ def spread_over_cores(bronze: DataFrame) -> DataFrame:
     try:
         cores = bronze.sparkSession.sparkContext.defaultParallelism
         partitions = bronze.rdd.getNumPartitions()
-    except Exception:  # Spark Connect (serverless) has neither: its own split stands
+    except (AttributeError, NotImplementedError):  # Spark Connect (serverless) has neither: its own split stands
         return bronze
     return bronze.repartition(cores) if partitions < cores else bronze
 
