@@ -145,6 +145,18 @@ class FlowReader:
         """The new input read so far has at most `limit` rows."""
         return self.rows_read is not None and self.rows_read <= limit
 
+    def collect_if_small(self, rows: DataFrame, limit: int) -> pa.Table | None:
+        """`rows` in the driver when the new input is small (see `small_batch.py`); None: Spark.
+
+        Only a small new input is collected: a large one would be computed twice (collect, then
+        Spark). Rows derived from it alone are about as many as it, whatever the format: a
+        message's events carry its own values. A query that also read a whole table (a join,
+        held messages) may give more, so its rows are collected under the limit.
+        """
+        if not self.small(limit):
+            return None
+        return collect_small(rows, limit, few=not self.records[0].snapshot)
+
     def _count_read(self, rows: int | None) -> None:
         self.rows_read = None if rows is None or self.rows_read is None else self.rows_read + rows
 
@@ -170,11 +182,11 @@ class FlowReader:
         # A backlog is read in batches of about max_bytes/max_messages_per_batch, as bronze lands it, so
         # memory stays bounded downstream too; the flow loops while `more` is set.
         conf = self.runner.conf
-        upto = store.bounded_version(name, done, current, conf.max_bytes_per_batch, conf.max_messages_per_batch)
+        upto, rows = store.bounded_range(name, done, current, conf.max_bytes_per_batch, conf.max_messages_per_batch)
         self.txns[app_id] = upto
         self.more = self.more or upto < current
         self.has_new = True
-        self._count_read(store.appended_rows(name, done, upto))
+        self._count_read(rows)
         self._read_range((name, done, upto))
         return store.read_appended(name, done, upto)
 
@@ -263,10 +275,7 @@ class FlowReader:
         """A small view batch collected once and split with Arrow; its rows go on as a local
         DataFrame, so its readers' collects cost a tenth of a second instead of re-reading a
         cache (see `small_batch.py`). None: too big, left to Spark."""
-        limit = self.runner.conf.driver_apply_max_rows
-        if not self.small(limit):
-            return None
-        collected = collect_small(marked, limit, few=True)
+        collected = self.collect_if_small(marked, self.runner.conf.driver_apply_max_rows)
         if collected is None:
             return None
         split = exp.split_arrow(collected, dataset.expectations, dataset.name)
@@ -387,16 +396,16 @@ class LocalRunner:
         started = time.monotonic()
         marked = exp.mark(batch, dataset.expectations, dataset.name)
         split = self._split_in_driver(batch, marked, dataset, reader)
-        if split is None:
-            marked = marked.persist(StorageLevel.MEMORY_AND_DISK)
+        cached = None
         try:
             if split is None:
-                split = exp.split(marked, dataset.expectations, dataset.name)
+                cached = marked.persist(StorageLevel.MEMORY_AND_DISK)
+                split = exp.split(cached, dataset.expectations, dataset.name)
             self._write_quarantines(reader, split, dataset, marked.schema)
             written = self._append_once(flow.target, split.valid, reader.txns, dataset.table_properties, batch.schema)
         finally:
-            if marked.is_cached:
-                marked.unpersist()
+            if cached is not None:
+                cached.unpersist()
         result.batches += 1
         result.output_rows += written
         result.quarantined += split.report.quarantined
@@ -414,21 +423,14 @@ class LocalRunner:
     def _split_in_driver(
         self, batch: DataFrame, marked: DataFrame, dataset: Dataset, reader: FlowReader
     ) -> exp.Split | None:
-        """A small batch collected and split in the driver (see `small_batch.py`); None: by Spark.
-
-        Only a small new input is collected: a large one would be parsed twice (collect, then
-        Spark). Its output is about as large as itself, whatever the format: a message's events
-        carry its own values. A flow that also read a whole table (a join, held messages) may
-        give more, so its rows are collected under a limit.
-        """
+        """A small batch collected and split in the driver (see `small_batch.py`); None: by Spark."""
         limit = self.conf.driver_apply_max_rows
-        if not reader.small(limit):
-            return None
-        if reader.landed is not None and batch is reader.landed[0] and not dataset.expectations:
+        landed = reader.landed
+        if landed is not None and batch is landed[0] and not dataset.expectations and reader.small(limit):
             # Landed rows written as they landed (bronze): they are in the driver already.
-            rows = reader.landed[1]
+            rows = landed[1]
             return exp.Split(valid=rows, quarantine=None, report=exp.ExpectationReport(dataset.name, rows.num_rows))
-        collected = collect_small(marked, limit, few=not reader.records[0].snapshot)
+        collected = reader.collect_if_small(marked, limit)
         return None if collected is None else exp.split_arrow(collected, dataset.expectations, dataset.name)
 
     def _append_once(self, name: str, rows: exp.Rows, txns: dict[str, int], properties: Any, schema: StructType) -> int:

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -55,6 +56,11 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     """Arrow schema for a Spark schema, every field nullable (Spark output is nullable anyway)."""
     converted = to_arrow_schema(schema, timezone="UTC")
     return pa.schema([f.with_nullable(True) for f in converted])
+
+
+class BoundedRange(NamedTuple):
+    version: int  # the last version to read
+    rows: int | None  # the rows appended up to it; None when a commit's log is gone
 
 
 class DeltaRsStore:
@@ -118,39 +124,28 @@ class DeltaRsStore:
             new_files -= set(self.table(name, after_version).file_uris())
         return self._read_files(sorted(new_files), schema)
 
-    def bounded_version(
+    def bounded_range(
         self, name: str, after_version: int | None, up_to: int, max_bytes: int, max_rows: int | None = None
-    ) -> int:
+    ) -> BoundedRange:
         """The last version in (after_version, up_to] whose appended files, counted from
-        after_version, stay within `max_bytes` and `max_rows` (at least one version): a
-        downstream flow reads a backlog in bounded batches, as bronze lands it, instead of all
-        at once. Rows count as well as bytes because Parquet compresses well: 1M silver rows
-        fitted in 128 MiB of files and ran the 2 GiB heap out of memory in gold (bench)."""
+        after_version, stay within `max_bytes` and `max_rows` (at least one version), and the
+        rows they hold: a downstream flow reads a backlog in bounded batches, as bronze lands
+        it, instead of all at once, and knows how big its input is. Rows count as well as bytes
+        because Parquet compresses well: 1M silver rows fitted in 128 MiB of files and ran the
+        2 GiB heap out of memory in gold (bench)."""
         first = 0 if after_version is None or after_version < 0 else after_version + 1
         total_bytes = total_rows = 0
-        chosen = first
         for version in range(first, up_to + 1):
             added = self._added(name, version)
             if added is None:  # commit file cleaned up: no sizes to go by, read everything
-                return up_to
-            total_bytes += added[0]
-            total_rows += added[1]
-            over = total_bytes > max_bytes or (max_rows is not None and total_rows > max_rows)
+                return BoundedRange(up_to, None)
+            size, rows = added
+            over = total_bytes + size > max_bytes or (max_rows is not None and total_rows + rows > max_rows)
             if over and version > first:
-                return chosen
-            chosen = version
-        return up_to
-
-    def appended_rows(self, name: str, after_version: int | None, up_to: int) -> int | None:
-        """Rows appended in (after_version, up_to], from the commits' stats; None when unknown."""
-        first = 0 if after_version is None or after_version < 0 else after_version + 1
-        total = 0
-        for version in range(first, up_to + 1):
-            added = self._added(name, version)
-            if added is None:
-                return None
-            total += added[1]
-        return total
+                return BoundedRange(version - 1, total_rows)
+            total_bytes += size
+            total_rows += rows
+        return BoundedRange(up_to, total_rows)
 
     def _added(self, name: str, version: int) -> tuple[int, int] | None:
         """Bytes and rows one commit added, or None when its log file is gone."""
@@ -234,9 +229,6 @@ class DeltaRsStore:
         """Append an Arrow table directly (used where the batch already lives in the driver)."""
         self.ensure_table(name, schema, properties)
         self.check_schema(name, schema)
-        if data.num_rows == 0:  # no empty data file, only the progress
-            self.commit_progress(name, txns)
-            return 0
         commit_point(f"before append to {name}")
         write_deltalake(
             str(self.path(name)),
