@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from cdc_medallion.adhoc import adhoc_conf
 from cdc_medallion.discovery import discover
@@ -62,3 +65,24 @@ def test_a_discovery_cache_from_another_silver_is_not_trusted(spark, tmp_path):
     assert discover(store, conf) == honest
     cache.write_text("{not json", encoding="utf-8")
     assert discover(store, conf) == honest
+
+
+@pytest.mark.parametrize("fmt", ["debezium-json", "canal-json", "maxwell-json", "dataworks-json"])
+def test_a_small_range_scanned_in_the_driver_finds_what_spark_finds(spark, tmp_path, fmt):
+    """Up to `driver_apply_max_rows` new silver rows are scanned by Arrow, more by Spark: both
+    must find the same tables, columns (order and widened types included) and keys."""
+    history = generate_history(tables=3, transactions=80, seed=5)  # with DDL, keys, deletes
+    rendered = render(history, fmt, tmp_path / "in")
+    conf = adhoc_conf(fmt, rendered.path, tmp_path / "storage", [], [])
+    run_pipeline(conf, spark=spark)
+    store = DeltaRsStore(conf.storage, spark)
+    cache = conf.storage / STATE_DIR / "_discovery"
+
+    shutil.rmtree(cache)
+    in_driver = discover(store, conf)
+    shutil.rmtree(cache)
+    by_spark = discover(store, replace(conf, driver_apply_max_rows=0))
+
+    assert in_driver == by_spark
+    assert len(in_driver.tables) + len(in_driver.unconfigured) == 3
+    assert in_driver.tables and all(t.columns and t.keys for t in in_driver.tables)

@@ -288,10 +288,24 @@ def _python_values(column: pa.Array, repeats: bool) -> list[Any]:
     if column.null_count == rows:
         return [None] * rows
     if not repeats:
-        return column.to_pylist()
+        return _to_python(column)
     encoded = column.dictionary_encode()
-    distinct = encoded.dictionary.to_pylist()
+    distinct = _to_python(encoded.dictionary)
     return [None if i is None else distinct[i] for i in encoded.indices.to_pylist()]
+
+
+_UTC_MICROS = pa.timestamp("us", tz="UTC")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _to_python(column: pa.Array) -> list[Any]:
+    """`to_pylist`, but UTC timestamps (bronze's Kafka and ingest times) from their integers:
+    pyarrow builds each aware datetime through its time-zone object, 3.5 µs a value, five
+    times what the sum costs; on 52k DataWorks messages that was 0.18 s of a 1.9 s parse."""
+    if column.type != _UTC_MICROS:
+        return column.to_pylist()
+    micros = column.cast(pa.int64()).to_pylist()
+    return [None if value is None else _EPOCH + dt.timedelta(microseconds=value) for value in micros]
 
 
 def millis_to_ts(value: Any) -> dt.datetime | None:

@@ -118,11 +118,21 @@ class DeltaRsStore:
         Streaming tables are append-only, so the new rows are exactly the files in `up_to`
         that were not in `after_version`.
         """
-        schema = self.spark_schema(name)
+        return self._read_files(self._appended_files(name, after_version, up_to), self.spark_schema(name))
+
+    def read_appended_arrow(self, name: str, after_version: int | None, up_to: int, columns: list[str]) -> pa.Table:
+        """`columns` of the rows `read_appended` serves, read into the driver by Arrow (for a
+        range known to be small: no Spark job), in the table's Spark types."""
+        schema = arrow_schema(self.spark_schema(name))
+        wanted = pa.schema([schema.field(c) for c in columns])
+        files = [uri.removeprefix("file://") for uri in self._appended_files(name, after_version, up_to)]
+        return ds.dataset(files, schema=wanted, format="parquet").to_table() if files else wanted.empty_table()
+
+    def _appended_files(self, name: str, after_version: int | None, up_to: int) -> list[str]:
         new_files = set(self.table(name, up_to).file_uris())
         if after_version is not None and after_version >= 0:
             new_files -= set(self.table(name, after_version).file_uris())
-        return self._read_files(sorted(new_files), schema)
+        return sorted(new_files)
 
     def bounded_range(
         self, name: str, after_version: int | None, up_to: int, max_bytes: int, max_rows: int | None = None
