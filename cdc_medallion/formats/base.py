@@ -19,6 +19,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from cdc_medallion.formats.message import BronzeMessage, Event
+from cdc_medallion.formats.values import EPOCH
 from cdc_medallion.identifiers import is_safe_identifier
 from cdc_medallion.model import EVENT_COLUMNS, EVENT_SCHEMA, KIND_ERROR, KIND_HELD
 
@@ -295,7 +296,6 @@ def _python_values(column: pa.Array, repeats: bool) -> list[Any]:
 
 
 _UTC_MICROS = pa.timestamp("us", tz="UTC")
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _to_python(column: pa.Array) -> list[Any]:
@@ -305,7 +305,7 @@ def _to_python(column: pa.Array) -> list[Any]:
     if column.type != _UTC_MICROS:
         return column.to_pylist()
     micros = column.cast(pa.int64()).to_pylist()
-    return [None if value is None else _EPOCH + dt.timedelta(microseconds=value) for value in micros]
+    return [None if value is None else EPOCH + dt.timedelta(microseconds=value) for value in micros]
 
 
 def millis_to_ts(value: Any) -> dt.datetime | None:
