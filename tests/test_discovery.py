@@ -78,10 +78,17 @@ def test_a_small_range_scanned_in_the_driver_finds_what_spark_finds(spark, tmp_p
     store = DeltaRsStore(conf.storage, spark)
     cache = conf.storage / STATE_DIR / "_discovery"
 
+    jobs = spark.sparkContext.statusTracker()
     shutil.rmtree(cache)
+    spark.sparkContext.setJobGroup(f"discovery-in-driver-{fmt}", "")
     in_driver = discover(store, conf)
     shutil.rmtree(cache)
+    spark.sparkContext.setJobGroup(f"discovery-by-spark-{fmt}", "")
     by_spark = discover(store, replace(conf, driver_apply_max_rows=0))
+    spark.sparkContext.setJobGroup("", "")
+
+    assert jobs.getJobIdsForGroup(f"discovery-in-driver-{fmt}") == []  # no Spark job for a small range
+    assert jobs.getJobIdsForGroup(f"discovery-by-spark-{fmt}")
 
     assert in_driver == by_spark
     assert len(in_driver.tables) + len(in_driver.unconfigured) == 3
