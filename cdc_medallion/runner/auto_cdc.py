@@ -32,7 +32,7 @@ from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import quote
 from cdc_medallion.runner import auto_cdc_driver as driver
 from cdc_medallion.runner.small_batch import collect_small
-from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore, arrow_schema
+from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore, arrow_schema, release_unused_memory
 
 SEQ, DELETE, TRUNCATE, PRESENT, ORIGIN = "__seq", "__is_delete", "__is_truncate", "__present", "__origin"
 OLD_END = "__old_end"  # SCD2: the end a version had in the target, on the event that stands for that version
@@ -585,6 +585,7 @@ class AutoCdcApplier:
         from deltalake import CommitProperties, Transaction
 
         assignments = {quote(f.name): f"s.{quote(f.name)}" for f in schema}
+        release_unused_memory()
         commit_point(f"before merge into {self.state_name}")
         (
             table.merge(
@@ -622,6 +623,7 @@ class AutoCdcApplier:
         predicate = " AND ".join(f"(t.{quote(c)} <=> s.{quote(c)})" for c in match)
         assignments = {quote(c): f"s.{quote(c)}" for c in schema.fieldNames()}
         data = _stream(arrow_schema(schema).append(pa.field(ACTION, pa.string())), [], changes, as_changes)
+        release_unused_memory()
         commit_point(f"before merge into {self.flow.target}")
         metrics = (
             self.store.table(self.flow.target)

@@ -36,7 +36,7 @@ from cdc_medallion.runner.graph import Graph, load_graph
 from cdc_medallion.runner.small_batch import collect_small
 from cdc_medallion.sources.files import FileLanding
 from cdc_medallion.spark import get_spark
-from cdc_medallion.storage.delta_rs import DeltaRsStore, arrow_schema
+from cdc_medallion.storage.delta_rs import DeltaRsStore, arrow_schema, release_unused_memory
 
 Progress = Callable[[str], None]
 
@@ -382,6 +382,7 @@ class LocalRunner:
                 for view in reader.persisted:
                     view.unpersist()
                 self.store.clear_staged()  # the batch committed or failed: its staged input goes
+                release_unused_memory()
             if not reader.more:
                 return
 
