@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import os
 import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from cdc_medallion.generator.output import pipeline_conf
 from cdc_medallion.generator.renderers import RenderedSource, render
 
 REPO = Path(__file__).resolve().parent.parent
+SNAPSHOT_BYTES = "snapshot.bytes"  # an incremental input's length before its increment
 CHANGES_PER_TRANSACTION = 2.5  # the generator draws 1-4 changes per transaction
 
 
@@ -139,8 +141,18 @@ def _generate(folder: Path, fmt: str, events: int, tables: int, seed: int) -> No
 
 
 def _generate_incremental(folder: Path, fmt: str, rows: int, changes: int, seed: int) -> None:
+    """The snapshot and the increment, from one history: the snapshot alone is what a history
+    of only its first transaction renders, and the increment is what the rest adds."""
     shutil.rmtree(folder, ignore_errors=True)
     transactions = math.ceil(changes / CHANGES_PER_TRANSACTION)
+    if fmt == "debezium-json":  # streamed: a 10M-row snapshot rendered whole would not fit in memory
+        _stream_incremental(folder, rows, transactions, seed)
+    else:
+        _render_incremental(folder, fmt, rows, transactions, seed)
+    (folder / SNAPSHOT_BYTES).write_text(str(_size(folder / "input")), encoding="utf-8")
+
+
+def _render_incremental(folder: Path, fmt: str, rows: int, transactions: int, seed: int) -> None:
     full = generate_history(tables=1, transactions=transactions, seed=seed, snapshot_rows=rows, table_events=False)
     snapshot_only = History(full.tables, [full.transactions[0]])
     whole = render(full, fmt, folder / "whole")
@@ -152,6 +164,27 @@ def _generate_incremental(folder: Path, fmt: str, rows: int, changes: int, seed:
     (folder / "increment.bin").write_bytes(everything[len(prefix) :])
     shutil.rmtree(folder / "whole")
     _record(folder, base, rows)
+
+
+_SNAPSHOT_READ = b'\\"snapshot\\": \\"true\\"'  # inside the dump line's JSON-escaped value
+
+
+def _stream_incremental(folder: Path, rows: int, transactions: int, seed: int) -> None:
+    """Debezium renders one message per snapshot row, so the snapshot is the whole history's
+    first `rows` lines: rendered once, as it is made, then split there."""
+    from cdc_medallion.generator.renderers.debezium_json import render as render_debezium
+
+    history, stream = stream_history(1, transactions, seed, snapshot_rows=rows, table_events=False)
+    (folder / "input").mkdir(parents=True)
+    whole = render_debezium(history, folder / "input", stream)
+    snapshot = folder / "input" / "snapshot.part"
+    with whole.path.open("rb") as source, snapshot.open("wb") as head, (folder / "increment.bin").open("wb") as tail:
+        for number, line in enumerate(source):
+            if number < rows and _SNAPSHOT_READ not in line:
+                raise RuntimeError(f"debezium-json: line {number + 1} is not a snapshot read; expected {rows:,}")
+            (head if number < rows else tail).write(line)
+    snapshot.replace(whole.path)
+    _record(folder, replace(whole, messages=rows), rows)
 
 
 def workload(
@@ -199,22 +232,28 @@ def incremental(
     """
     folder = root.resolve() / f"incremental-{fmt}-r{rows}-c{changes}-s{seed}-rows-only"
     increment_file = folder / "increment.bin"
-    if _cached(folder) is None or not increment_file.is_file():
+    _adopt_snapshot_copy(folder)
+    if _cached(folder) is None or not increment_file.is_file() or not (folder / SNAPSHOT_BYTES).is_file():
         started = time.monotonic()
         _in_child(_generate_incremental, folder, fmt, rows, changes, seed)
         say(f"  generated a {rows:,}-row snapshot and {changes:,} changes ({fmt}) in {time.monotonic() - started:.0f}s")
     info = _cached(folder)
     assert info is not None
     rendered = _from_cache(info)
-    # The input is appended to by a run; start every measurement from the snapshot alone.
-    base_file = input_files(rendered.path)[0]
-    pristine = folder / "snapshot.bin"
-    if not pristine.is_file():
-        shutil.copyfile(base_file, pristine)
-    shutil.copyfile(pristine, base_file)
+    # A run appends the increment to the input; cutting it back to the snapshot's length starts
+    # every measurement from the snapshot alone (a copy of a 10M-row snapshot would be 29 GB).
+    os.truncate(input_files(rendered.path)[0], int((folder / SNAPSHOT_BYTES).read_text(encoding="utf-8")))
     conf_path = _write_conf(folder, [rendered], batch)
     base = Workload(folder.name, fmt, rows, rendered, conf_path, _size(rendered.path))
     return IncrementalWorkload(base, increment_file.read_bytes(), rows, changes)
+
+
+def _adopt_snapshot_copy(folder: Path) -> None:
+    """Inputs cached before the snapshot's length was recorded kept a copy of it instead."""
+    copy = folder / "snapshot.bin"
+    if copy.is_file():
+        (folder / SNAPSHOT_BYTES).write_text(str(copy.stat().st_size), encoding="utf-8")
+        copy.unlink()
 
 
 def values_file(work: Workload, out: Path) -> tuple[Path, int]:

@@ -3,6 +3,8 @@ where rows stop being picked from sorted keys, and rendering does not copy table
 
 from __future__ import annotations
 
+import json
+
 from cdc_medallion.generator.history import SMALL_TABLE, generate_history, stream_history
 from cdc_medallion.generator.renderers._json_common import walk
 from cdc_medallion.generator.renderers.debezium_json import render as render_debezium
@@ -65,3 +67,22 @@ def test_a_streamed_history_renders_the_same_bytes_as_a_whole_one(tmp_path):
     assert streamed.messages == expected.messages > 1000
     written = [(tmp_path / side / "debezium.jsonl").read_bytes() for side in ("streamed", "whole")]
     assert written[0] == written[1]
+
+
+def test_a_streamed_incremental_input_splits_where_the_whole_rendering_does(tmp_path):
+    """The incremental bench's 10M-row snapshot is rendered once as a stream and cut after its
+    rows; the snapshot and the increment must be the bytes the whole-history way produced."""
+    from bench.workloads import _render_incremental, _stream_incremental
+
+    _stream_incremental(tmp_path / "streamed", rows=SMALL_TABLE + 50, transactions=300, seed=11)
+    _render_incremental(tmp_path / "whole", "debezium-json", rows=SMALL_TABLE + 50, transactions=300, seed=11)
+
+    for part in ("input/debezium.jsonl", "increment.bin"):
+        streamed, whole = ((tmp_path / side / part).read_bytes() for side in ("streamed", "whole"))
+        assert streamed == whole, part
+    recorded = [json.loads((tmp_path / side / "workload.json").read_text()) for side in ("streamed", "whole")]
+    for side, info in zip(("streamed", "whole"), recorded, strict=True):
+        assert info.pop("path") == str(tmp_path / side / "input" / "debezium.jsonl")
+    assert recorded[0] == recorded[1]
+    assert len((tmp_path / "whole" / "input" / "debezium.jsonl").read_bytes().splitlines()) == SMALL_TABLE + 50
+    assert (tmp_path / "whole" / "increment.bin").stat().st_size > 0

@@ -201,7 +201,9 @@ def _transactions(
             row = new_row(spec)
             state[spec.name][key_of(spec, row)] = row
             pools[spec.name].add(key_of(spec, row))
-            snapshot.append(Change(spec.name, "SNAPSHOT", after=dict(row)))
+            # Shared with the state, not copied: rows are never changed in place (an update
+            # makes a new dict), and a 10M-row snapshot held twice would not fit in memory.
+            snapshot.append(Change(spec.name, "SNAPSHOT", after=row))
     yield Transaction(1, clock, tuple(snapshot), snapshot=True)
 
     ddl_done = truncate_done = not table_events
