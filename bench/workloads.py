@@ -171,19 +171,21 @@ _SNAPSHOT_READ = b'\\"snapshot\\": \\"true\\"'  # inside the dump line's JSON-es
 
 def _stream_incremental(folder: Path, rows: int, transactions: int, seed: int) -> None:
     """Debezium renders one message per snapshot row, so the snapshot is the whole history's
-    first `rows` lines: rendered once, as it is made, then split there."""
+    first `rows` lines: rendered once, as it is made, then cut there in place (a copy of a
+    10M-row snapshot would need another 29 GB of disk)."""
     from cdc_medallion.generator.renderers.debezium_json import render as render_debezium
 
     history, stream = stream_history(1, transactions, seed, snapshot_rows=rows, table_events=False)
     (folder / "input").mkdir(parents=True)
     whole = render_debezium(history, folder / "input", stream)
-    snapshot = folder / "input" / "snapshot.part"
-    with whole.path.open("rb") as source, snapshot.open("wb") as head, (folder / "increment.bin").open("wb") as tail:
-        for number, line in enumerate(source):
-            if number < rows and _SNAPSHOT_READ not in line:
+    with whole.path.open("rb") as source:
+        for number in range(rows):
+            if _SNAPSHOT_READ not in source.readline():
                 raise RuntimeError(f"debezium-json: line {number + 1} is not a snapshot read; expected {rows:,}")
-            (head if number < rows else tail).write(line)
-    snapshot.replace(whole.path)
+        end = source.tell()
+        with (folder / "increment.bin").open("wb") as increment:
+            shutil.copyfileobj(source, increment)
+    os.truncate(whole.path, end)
     _record(folder, replace(whole, messages=rows), rows)
 
 
