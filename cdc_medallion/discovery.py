@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -103,7 +102,7 @@ class _SourceScan:
             self.keys.clear()
             self.version = None
         if self.version != current:
-            rows = self.store.bounded_range(self.silver, self.version, current, max_bytes=sys.maxsize).rows
+            rows = self.store.appended_rows(self.silver, self.version, current)
             if rows is not None and rows <= driver_rows:
                 self._scan_arrow(self.store.read_appended_arrow(self.silver, self.version, current, _SCANNED))
             else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -180,6 +181,11 @@ class DeltaRsStore:
             total_bytes += size
             total_rows += rows
         return BoundedRange(up_to, total_rows)
+
+    def appended_rows(self, name: str, after_version: int | None, up_to: int) -> int | None:
+        """Rows the commits in (after_version, up_to] added, from their log; None when a commit
+        file is gone."""
+        return self.bounded_range(name, after_version, up_to, max_bytes=sys.maxsize).rows
 
     def _added(self, name: str, version: int) -> tuple[int, int] | None:
         """Bytes and rows one commit added, or None when its log file is gone."""
