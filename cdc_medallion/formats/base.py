@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import EPOCH
@@ -47,6 +48,11 @@ class Format(abc.ABC):
     #: (e.g. Qlik metadata kept as schema changes) as context.
     stateful: ClassVar[bool] = False
     context_kinds: ClassVar[tuple[str, ...]] = ()
+    #: For a stateful format whose messages only ever need the messages sharing one value: the
+    #: JSON path of that value (DataWorks pairs an UPDATE_BEFOR with its UPDATE_AFTER by
+    #: `$.payload.sequenceId`). The batch is then split by it over every core instead of
+    #: parsed in one partition. None: every message may need any other, one partition.
+    related_by: ClassVar[str | None] = None
 
     def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
         self.source_name = source_name
@@ -77,12 +83,15 @@ class Format(abc.ABC):
     def parse(self, bronze: DataFrame, context: list[Event] | None = None) -> DataFrame:
         """Bronze rows -> silver events, in parallel via Arrow batches.
 
-        Stateful formats run in one ordered partition so that related messages meet.
+        Stateful formats run in ordered partitions where related messages meet: one, or one per
+        core split by `related_by`.
         """
         parser = self
         if self.stateful:
             frozen_context = list(context or [])
-            ordered = bronze.repartition(1).sortWithinPartitions("_file", "_line", "topic", "partition", "offset")
+            ordered = together(bronze, self.related_by).sortWithinPartitions(
+                "_file", "_line", "topic", "partition", "offset"
+            )
 
             def run_all(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 messages = [m for batch in batches for m in messages_of(batch)]
@@ -179,6 +188,22 @@ class Format(abc.ABC):
             "raw_message": message.text(RAW_MESSAGE_LIMIT),
             "sequence": message.position,
         }
+
+
+def together(bronze: DataFrame, related_by: str | None) -> DataFrame:
+    """Bronze split so that messages with the same `related_by` value share a partition.
+
+    The value is read by Spark's own JSON path reader, so the split costs a scan of the text,
+    not a Python parse. A message the path cannot be read from (not JSON, no such field) hashes
+    as NULL: those all share one partition, where the parser reports or handles them as before.
+    """
+    if related_by is None:
+        return bronze.repartition(1)
+    value = F.get_json_object(F.col("value").cast("string"), related_by)
+    try:  # as many partitions as cores, also for a small batch (a count of its own is never coalesced)
+        return bronze.repartition(bronze.sparkSession.sparkContext.defaultParallelism, value)
+    except (AttributeError, NotImplementedError):  # Spark Connect (serverless): the shuffle's own count
+        return bronze.repartition(value)
 
 
 def spread_over_cores(bronze: DataFrame) -> DataFrame:

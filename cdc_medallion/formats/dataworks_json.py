@@ -101,6 +101,8 @@ class _Batch:
 class DataWorksJson(Format):
     name = "dataworks-json"
     stateful: ClassVar[bool] = True
+    # Pairing, redelivery and held halves are all per sequenceId (`Pair` adds db, schema, table).
+    related_by: ClassVar[str | None] = "$.payload.sequenceId"
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         return self.parse_messages([message], [])
