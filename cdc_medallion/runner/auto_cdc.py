@@ -31,6 +31,7 @@ from cdc_medallion.errors import GraphError
 from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import quote
 from cdc_medallion.runner import auto_cdc_driver as driver
+from cdc_medallion.runner.merge_bounds import within_source_keys
 from cdc_medallion.runner.small_batch import collect_small
 from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore, arrow_schema, release_unused_memory
 
@@ -581,6 +582,9 @@ class AutoCdcApplier:
         data = _stream(schema, truncates.to_batches(), dataset, as_state)
         on = " AND ".join(f"(t.{quote(k)} <=> s.{quote(k)})" for k in keys)
         predicate = f"({on}) AND t.`kind` <> 'truncate' AND s.`kind` <> 'truncate'"
+        bounds = within_source_keys(dataset, keys)
+        if bounds is not None:
+            predicate = f"{predicate} AND {bounds}"
         table = self.store.table(self.state_name)
         from deltalake import CommitProperties, Transaction
 
@@ -621,6 +625,9 @@ class AutoCdcApplier:
             self.store.commit_progress(self.flow.target, txns)
             return ApplyResult()
         predicate = " AND ".join(f"(t.{quote(c)} <=> s.{quote(c)})" for c in match)
+        bounds = within_source_keys(changes, list(self.flow.keys))
+        if bounds is not None:
+            predicate = f"{predicate} AND {bounds}"
         assignments = {quote(c): f"s.{quote(c)}" for c in schema.fieldNames()}
         data = _stream(arrow_schema(schema).append(pa.field(ACTION, pa.string())), [], changes, as_changes)
         release_unused_memory()
