@@ -77,4 +77,24 @@ def test_a_batch_outside_the_stored_keys_reads_no_file_and_a_touched_file_keeps_
 
     assert {r["id"]: r["v"] for r in gold_rows(spark, storage, "items")} == expected
     history = gold_rows(spark, storage, "items", scd_type=2)
-    assert {r["id"] for r in history if r["__END_AT"] is None} == set(expected)
+    open_versions = [r["id"] for r in history if r["__END_AT"] is None]
+    assert sorted(open_versions) == sorted(expected)  # each stored version was found and closed
+    assert sorted(r["v"] for r in history if r["id"] == 30) == ["changed", "v30"]
+    assert [r["__END_AT"] is None for r in history if r["id"] == 40] == [False]
+
+
+def test_the_range_without_an_alias_selects_a_delta_tables_files(tmp_path):
+    """The driver's read of the target's rows (`_stored_rows`) hands it to delta-rs."""
+    from deltalake import write_deltalake
+
+    for ids in ([1, 2, 3], [10, 11, 12], [20, 21]):
+        write_deltalake(
+            str(tmp_path), pa.table({"id": pa.array(ids, pa.int64()), "v": ["x"] * len(ids)}), mode="append"
+        )
+    table = DeltaTable(str(tmp_path))
+    batch = ds.dataset(pa.table({"id": pa.array([11, 12], pa.int64())}))
+    predicate = within_source_keys(batch, ["id"], alias=None)
+    assert predicate == "`id` BETWEEN 11 AND 12"
+    chosen = table.to_pyarrow_dataset(file_pruning_predicate=predicate).to_table()
+    assert sorted(chosen.column("id").to_pylist()) == [10, 11, 12]
+    assert table.to_pyarrow_dataset().count_rows() == 8

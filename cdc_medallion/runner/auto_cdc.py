@@ -223,8 +223,15 @@ class AutoCdcApplier:
             return None
         target = arrow_schema(self.store.spark_schema(self.flow.target))
         # Read in Spark's types and filtered here: delta-rs reads strings as string_view, which
-        # a filter pushed into the scan cannot compare with its statistics (pyarrow 22).
-        data = table.to_pyarrow_dataset(schema=target)
+        # a filter pushed into the scan cannot compare with its statistics (pyarrow 22). Files
+        # outside the batch's key range are skipped by delta-rs itself, from the log's statistics,
+        # so a small batch into a big target does not read the whole target.
+        pruning = None
+        if not everything and keys_in_batch:
+            columns = zip(*keys_in_batch, strict=True)
+            batch_keys = pa.table({k: pa.array(v, t) for k, v, t in zip(keys, columns, key_types, strict=True)})
+            pruning = within_source_keys(ds.dataset(batch_keys), keys, alias=None)
+        data = table.to_pyarrow_dataset(schema=target, file_pruning_predicate=pruning)
         wanted = None if everything else driver.key_filter(keys, keys_in_batch, key_types)
         parts, kept = [target.empty_table()], 0
         for batch in data.to_batches():

@@ -22,11 +22,13 @@ import pyarrow.dataset as ds
 from cdc_medallion.identifiers import quote
 
 
-def within_source_keys(rows: ds.Dataset | None, keys: list[str], alias: str = "t") -> str | None:
+def within_source_keys(rows: ds.Dataset | None, keys: list[str], alias: str | None = "t") -> str | None:
     """`t.k BETWEEN lo AND hi` for each key with values this can spell as literals; None when
-    no key narrows anything (no rows, only NULLs, or a type without a literal here)."""
+    no key narrows anything (no rows, only NULLs, or a type without a literal here). Without an
+    alias it is a file pruning predicate for delta-rs's own reads (`file_pruning_predicate`)."""
     if rows is None:
         return None
+    prefix = f"{alias}." if alias else ""
     table = rows.to_table(columns=keys)
     conditions = []
     for key in keys:
@@ -35,9 +37,9 @@ def within_source_keys(rows: ds.Dataset | None, keys: list[str], alias: str = "t
         low, high = (_literal(bounds[end].as_py(), column.type) for end in ("min", "max"))
         if low is None or high is None:
             continue
-        condition = f"{alias}.{quote(key)} BETWEEN {low} AND {high}"
+        condition = f"{prefix}{quote(key)} BETWEEN {low} AND {high}"
         if column.null_count:  # a NULL key still matches a NULL one (the keys compare null-safe)
-            condition = f"({condition} OR {alias}.{quote(key)} IS NULL)"
+            condition = f"({condition} OR {prefix}{quote(key)} IS NULL)"
         conditions.append(condition)
     return " AND ".join(conditions) or None
 
