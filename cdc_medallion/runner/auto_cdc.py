@@ -31,7 +31,7 @@ from cdc_medallion.errors import GraphError
 from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import quote
 from cdc_medallion.runner import auto_cdc_driver as driver
-from cdc_medallion.runner.merge_bounds import within_source_keys
+from cdc_medallion.runner.merge_bounds import bounded, within_source_keys
 from cdc_medallion.runner.small_batch import collect_small
 from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore, arrow_schema, release_unused_memory
 
@@ -588,10 +588,7 @@ class AutoCdcApplier:
             return
         data = _stream(schema, truncates.to_batches(), dataset, as_state)
         on = " AND ".join(f"(t.{quote(k)} <=> s.{quote(k)})" for k in keys)
-        predicate = f"({on}) AND t.`kind` <> 'truncate' AND s.`kind` <> 'truncate'"
-        bounds = within_source_keys(dataset, keys)
-        if bounds is not None:
-            predicate = f"{predicate} AND {bounds}"
+        predicate = bounded(f"({on}) AND t.`kind` <> 'truncate' AND s.`kind` <> 'truncate'", dataset, keys)
         table = self.store.table(self.state_name)
         from deltalake import CommitProperties, Transaction
 
@@ -631,10 +628,8 @@ class AutoCdcApplier:
         if changes.count_rows() == 0:
             self.store.commit_progress(self.flow.target, txns)
             return ApplyResult()
-        predicate = " AND ".join(f"(t.{quote(c)} <=> s.{quote(c)})" for c in match)
-        bounds = within_source_keys(changes, list(self.flow.keys))
-        if bounds is not None:
-            predicate = f"{predicate} AND {bounds}"
+        on = " AND ".join(f"(t.{quote(c)} <=> s.{quote(c)})" for c in match)
+        predicate = bounded(on, changes, list(self.flow.keys))
         assignments = {quote(c): f"s.{quote(c)}" for c in schema.fieldNames()}
         data = _stream(arrow_schema(schema).append(pa.field(ACTION, pa.string())), [], changes, as_changes)
         release_unused_memory()

@@ -3,7 +3,7 @@
 delta-rs MERGE reads every target file its predicate cannot rule out, and holds the rows of
 each such file until the scan ends, when it knows whether the file was touched (its
 `MergeBarrier`). Loading 10M rows in batches of 200k made each batch read the whole table so
-far: the Python process peaked at 6.9 GiB. Its own pruning from the source's key range needs a
+far: the Python process peaked at 7.3 GiB. Its own pruning from the source's key range needs a
 plain `=` on the keys and a source it may read twice (`streamed_exec=False`); ours is null-safe
 and streamed. So the range is computed here, from the batch's written changes, and added to the
 predicate as literals: delta-rs then skips by file statistics every file whose keys lie outside
@@ -42,6 +42,12 @@ def within_source_keys(rows: ds.Dataset | None, keys: list[str], alias: str | No
             condition = f"({condition} OR {prefix}{quote(key)} IS NULL)"
         conditions.append(condition)
     return " AND ".join(conditions) or None
+
+
+def bounded(predicate: str, rows: ds.Dataset | None, keys: list[str]) -> str:
+    """A MERGE predicate (target alias `t`) with the source's key range added, when it has one."""
+    bounds = within_source_keys(rows, keys)
+    return predicate if bounds is None else f"{predicate} AND {bounds}"
 
 
 def _literal(value: Any, kind: pa.DataType) -> str | None:
