@@ -94,6 +94,13 @@ def test_a_batch_over_the_limit_is_left_to_spark(spark, tmp_path):
     assert AutoCdcApplier(store, flow, {}, driver_rows=10).apply(frame.limit(3), {"t<-v": 1}).in_driver
     assert _rows(store, "t")[0][:3] == (0, "a", "b")
     assert len(_rows(store, "t")) == 5
+    # Its input over the limit, a batch is counted first: few events (one table's of many) still
+    # go to the driver, too many to Spark, and the table is the same either way.
+    few = AutoCdcApplier(store, flow, {}, driver_rows=6, input_over_driver_rows=True)  # 3 events, 3 stored
+    assert few.apply(frame.limit(3), {"t<-v": 2}).in_driver
+    many = AutoCdcApplier(store, flow, {}, driver_rows=4, input_over_driver_rows=True)  # 5 events
+    assert not many.apply(frame, {"t<-v": 3}).in_driver
+    assert len(_rows(store, "t")) == 5
 
 
 @settings(max_examples=80, deadline=None)

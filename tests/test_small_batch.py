@@ -1,5 +1,6 @@
 """Collecting a small batch into the driver: within the limit it is kept, over it it is left to
-Spark, unless the caller vouched for it (`few`), when rows already collected are kept. And an
+Spark, unless the caller vouched for it (`few`), when rows already collected are kept; a batch
+expected to be big (`many`) is counted before it is collected. And an
 Arrow append of no rows (a flow whose batch had nothing for its table) records the batch's
 progress without a data file, so it is not read again. Real Spark, real Delta."""
 
@@ -20,6 +21,9 @@ def test_collect_small_keeps_what_is_within_the_limit_or_vouched_for(spark):
     assert collect_small(rows, 4) is None  # over the limit: Spark's
     assert collect_small(rows, 4, few=True).num_rows == 5  # collected already: kept, not computed again
     assert collect_small(rows, 0) is None and collect_small(rows, 0, few=True) is None  # 0: never
+    # Expected to be many, they are counted first, and collected only when within the limit.
+    assert collect_small(rows, 5, many=True).column("id").to_pylist() == [0, 1, 2, 3, 4]
+    assert collect_small(rows, 4, many=True) is None
 
 
 def test_an_empty_arrow_append_commits_progress_and_no_file(spark, storage):

@@ -85,7 +85,12 @@ class AutoCdcApplier:
     """Applies one batch of one auto CDC flow."""
 
     def __init__(
-        self, store: DeltaRsStore, flow: AutoCdcFlow, properties: dict[str, str], driver_rows: int = 0
+        self,
+        store: DeltaRsStore,
+        flow: AutoCdcFlow,
+        properties: dict[str, str],
+        driver_rows: int = 0,
+        input_over_driver_rows: bool = False,
     ) -> None:
         self.store = store
         self.spark = store.spark
@@ -93,6 +98,7 @@ class AutoCdcApplier:
         self.properties = properties
         self.state_name = f"{STATE_DIR}/{flow.target}"
         self.driver_rows = driver_rows  # batches up to this many rows are rebuilt in the driver
+        self.input_over_driver_rows = input_over_driver_rows  # its new input: its events likely too
 
     # --- public -----------------------------------------------------------------------------
     def apply(self, batch: DataFrame, txns: dict[str, int]) -> ApplyResult:
@@ -140,7 +146,7 @@ class AutoCdcApplier:
         key_types = [schema.field(k).type for k in keys]
         if not driver.orderable(schema.field(SEQ).type) or not all(driver.groupable(t) for t in key_types):
             return None
-        collected = collect_small(events, self.driver_rows)
+        collected = collect_small(events, self.driver_rows, many=self.input_over_driver_rows)
         if collected is None:
             return None
         collected = collected.cast(schema)

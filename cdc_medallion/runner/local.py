@@ -502,7 +502,10 @@ class LocalRunner:
                 properties = {"layer": "quarantine", "quarantine_of": flow.source}
                 self._append_quarantine(name, rows, txns, properties, rows.schema)
         properties = {**dataset.table_properties, "scd_type": str(flow.stored_as_scd_type)}
-        applier = AutoCdcApplier(self.store, flow, properties, driver_rows=self.conf.driver_apply_max_rows)
+        limit = self.conf.driver_apply_max_rows
+        applier = AutoCdcApplier(
+            self.store, flow, properties, driver_rows=limit, input_over_driver_rows=not reader.small(limit)
+        )
         applied = applier.apply(batch, reader.txns)
         result.batches += 1
         result.output_rows += applied.upserted

@@ -12,7 +12,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 
-def collect_small(rows: DataFrame, limit: int, few: bool = False) -> pa.Table | None:
+def collect_small(rows: DataFrame, limit: int, few: bool = False, many: bool = False) -> pa.Table | None:
     """The rows as one Arrow table when there are at most `limit`; None when more (or limit 0).
 
     One job either way. The query runs with a limit of `limit + 1`, so a batch over the limit
@@ -23,10 +23,17 @@ def collect_small(rows: DataFrame, limit: int, few: bool = False) -> pa.Table | 
     Canal message of several rows gives several events, and 78,513 messages gave 100,133.
     Collected, they are in memory already; handing them to Spark would parse them twice
     (silver took 17.6 s instead of about 8).
+
+    When the caller expects `many` (its new input is over the limit, though what it derives may
+    be fewer: one table's rows of a view over many), the rows under the limit are counted
+    first, and only a batch within it is collected: counting 100,001 cached rows took 0.1 s,
+    shipping them to Arrow to drop them 0.6-1.1 s (bench, a 150k-row gold batch).
     """
     if limit <= 0:
         return None
     if few:
         return rows.toArrow()
+    if many and rows.limit(limit + 1).count() > limit:
+        return None
     collected = rows.limit(limit + 1).toArrow()
     return None if collected.num_rows > limit else collected

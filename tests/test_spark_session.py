@@ -1,0 +1,24 @@
+"""The local session's JVM is sized as `get_spark` says: the driver's memory target rests on it."""
+
+from __future__ import annotations
+
+import os
+
+
+def test_the_local_jvm_runs_the_serial_collector_in_its_heap_with_two_arenas(spark):
+    jvm = spark._jvm
+    collectors = {bean.getName() for bean in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()}
+    # G1's own threads and regions cost about 0.3 GiB of RSS on two cores (bench), for no speed.
+    assert collectors == {"Copy", "MarkSweepCompact"}, collectors
+
+    wanted = os.environ.get("CDC_MEDALLION_DRIVER_MEMORY", "1536m")
+    units = {"k": 2**10, "m": 2**20, "g": 2**30}
+    wanted_bytes = int(wanted[:-1]) * units[wanted[-1].lower()] if wanted[-1].isalpha() else int(wanted)
+    heap = jvm.java.lang.Runtime.getRuntime().maxMemory()
+    # maxMemory leaves out one survivor space, a few percent of the heap.
+    assert 0.85 * wanted_bytes <= heap <= wanted_bytes, (heap, wanted)
+
+    pid = jvm.java.lang.ProcessHandle.current().pid()
+    with open(f"/proc/{pid}/environ", "rb") as handle:
+        environment = dict(entry.split(b"=", 1) for entry in handle.read().split(b"\0") if b"=" in entry)
+    assert environment.get(b"MALLOC_ARENA_MAX") == os.environ.get("MALLOC_ARENA_MAX", "2").encode()
