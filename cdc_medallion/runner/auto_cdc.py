@@ -28,12 +28,11 @@ from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
 from cdc_medallion.errors import GraphError
-from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import quote
 from cdc_medallion.runner import auto_cdc_driver as driver
 from cdc_medallion.runner.merge_bounds import bounded, within_source_keys
 from cdc_medallion.runner.small_batch import collect_small
-from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore, arrow_schema, release_unused_memory
+from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore, arrow_schema
 
 SEQ, DELETE, TRUNCATE, PRESENT, ORIGIN = "__seq", "__is_delete", "__is_truncate", "__present", "__origin"
 OLD_END = "__old_end"  # SCD2: the end a version had in the target, on the event that stands for that version
@@ -595,26 +594,16 @@ class AutoCdcApplier:
         data = _stream(schema, truncates.to_batches(), dataset, as_state)
         on = " AND ".join(f"(t.{quote(k)} <=> s.{quote(k)})" for k in keys)
         predicate = bounded(f"({on}) AND t.`kind` <> 'truncate' AND s.`kind` <> 'truncate'", dataset, keys)
-        table = self.store.table(self.state_name)
-        from deltalake import CommitProperties, Transaction
-
-        assignments = {quote(f.name): f"s.{quote(f.name)}" for f in schema}
-        release_unused_memory()
-        commit_point(f"before merge into {self.state_name}")
-        (
-            table.merge(
-                data,
-                predicate=_datafusion(predicate),
-                source_alias="s",
-                target_alias="t",
-                commit_properties=CommitProperties(app_transactions=[Transaction(k, v) for k, v in txns.items()]),
-            )
-            .when_matched_delete(predicate="s.`kind` = 'clear'")
-            .when_matched_update(updates=assignments, predicate="s.`kind` = 'tombstone'")
-            .when_not_matched_insert(updates=assignments, predicate="s.`kind` <> 'clear'")
-            .execute()
+        self.store.merge(
+            self.state_name,
+            data,
+            _datafusion(predicate),
+            txns,
+            assignments={quote(f.name): f"s.{quote(f.name)}" for f in schema},
+            delete_when="s.`kind` = 'clear'",
+            update_when="s.`kind` = 'tombstone'",
+            insert_when="s.`kind` <> 'clear'",
         )
-        commit_point(f"after merge into {self.state_name}")
 
     def _already_committed(self, name: str, txns: dict[str, int]) -> bool:
         return bool(txns) and all((self.store.txn_version(name, k) or -1) >= v for k, v in txns.items())
@@ -626,8 +615,6 @@ class AutoCdcApplier:
         txns: dict[str, int],
         as_changes: Callable[[pa.Table], pa.Table] | None = None,
     ) -> ApplyResult:
-        from deltalake import CommitProperties, Transaction
-
         if self._already_committed(self.flow.target, txns):
             return ApplyResult()
         schema = self.store.spark_schema(self.flow.target)
@@ -636,25 +623,17 @@ class AutoCdcApplier:
             return ApplyResult()
         on = " AND ".join(f"(t.{quote(c)} <=> s.{quote(c)})" for c in match)
         predicate = bounded(on, changes, list(self.flow.keys))
-        assignments = {quote(c): f"s.{quote(c)}" for c in schema.fieldNames()}
         data = _stream(arrow_schema(schema).append(pa.field(ACTION, pa.string())), [], changes, as_changes)
-        release_unused_memory()
-        commit_point(f"before merge into {self.flow.target}")
-        metrics = (
-            self.store.table(self.flow.target)
-            .merge(
-                data,
-                predicate=_datafusion(predicate),
-                source_alias="s",
-                target_alias="t",
-                commit_properties=CommitProperties(app_transactions=[Transaction(k, v) for k, v in txns.items()]),
-            )
-            .when_matched_delete(predicate=f"s.{ACTION} = 'delete'")
-            .when_matched_update(updates=assignments, predicate=f"s.{ACTION} = 'upsert'")
-            .when_not_matched_insert(updates=assignments, predicate=f"s.{ACTION} = 'upsert'")
-            .execute()
+        metrics = self.store.merge(
+            self.flow.target,
+            data,
+            _datafusion(predicate),
+            txns,
+            assignments={quote(c): f"s.{quote(c)}" for c in schema.fieldNames()},
+            delete_when=f"s.{ACTION} = 'delete'",
+            update_when=f"s.{ACTION} = 'upsert'",
+            insert_when=f"s.{ACTION} = 'upsert'",
         )
-        commit_point(f"after merge into {self.flow.target}")
         return ApplyResult(
             upserted=int(metrics.get("num_target_rows_inserted", 0)) + int(metrics.get("num_target_rows_updated", 0)),
             deleted=int(metrics.get("num_target_rows_deleted", 0)),

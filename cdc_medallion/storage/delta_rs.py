@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -285,6 +285,37 @@ class DeltaRsStore:
         self.ensure_table(name, df.schema, properties)
         write_deltalake(str(self.path(name)), data, mode="overwrite", schema_mode="overwrite")
         return data.num_rows
+
+    def merge(
+        self,
+        name: str,
+        source: pa.RecordBatchReader,
+        predicate: str,
+        txns: Mapping[str, int],
+        *,
+        assignments: Mapping[str, str],
+        delete_when: str,
+        update_when: str,
+        insert_when: str,
+    ) -> dict[str, Any]:
+        """MERGE `source` (alias `s`) into `name` (alias `t`), in one commit that records `txns`.
+
+        `predicate` is DataFusion SQL. A matched row is deleted or updated, an unmatched one
+        inserted, each when its condition holds; both writes set the `assignments`. Arrow's
+        freed memory is handed back first: the MERGE is the driver's largest allocation.
+        """
+        release_unused_memory()
+        commit_point(f"before merge into {name}")
+        metrics = (
+            self.table(name)
+            .merge(source, predicate=predicate, source_alias="s", target_alias="t", commit_properties=_commit(txns))
+            .when_matched_delete(predicate=delete_when)
+            .when_matched_update(updates=dict(assignments), predicate=update_when)
+            .when_not_matched_insert(updates=dict(assignments), predicate=insert_when)
+            .execute()
+        )
+        commit_point(f"after merge into {name}")
+        return metrics
 
     def commit_progress(self, name: str, txns: Mapping[str, int]) -> None:
         """Record progress without data (a batch that produced no rows) so it is not re-read."""
