@@ -7,6 +7,7 @@ progress without a data file, so it is not read again. Real Spark, real Delta.""
 from __future__ import annotations
 
 import pyarrow as pa
+from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from cdc_medallion.runner.small_batch import collect_small
@@ -24,6 +25,9 @@ def test_collect_small_keeps_what_is_within_the_limit_or_vouched_for(spark):
     # Expected to be many, they are counted first, and collected only when within the limit.
     assert collect_small(rows, 5, many=True).column("id").to_pylist() == [0, 1, 2, 3, 4]
     assert collect_small(rows, 4, many=True) is None
+    # Over the limit, such a batch is only counted: no row of it reaches the driver.
+    unshippable = rows.withColumn("shipped", F.raise_error(F.lit("a row was collected")))
+    assert collect_small(unshippable, 4, many=True) is None
 
 
 def test_an_empty_arrow_append_commits_progress_and_no_file(spark, storage):
