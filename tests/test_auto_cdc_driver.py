@@ -125,3 +125,20 @@ def test_null_keys_and_floating_point_sequences_are_left_to_spark(spark, tmp_pat
     frame = spark.createDataFrame([(1, "a", "b", 1, "U", None)], SCHEMA)
     applier = AutoCdcApplier(DeltaRsStore(tmp_path / "double", spark), by_double, {}, driver_rows=1000)
     assert not applier.apply(frame, {"t<-v": 0}).in_driver
+
+
+def test_a_batch_known_empty_is_not_read_and_only_records_progress(spark, tmp_path):
+    """A batch the caller has counted empty (a view's expectations counted it) is never computed:
+    its rows would raise here. The tables are still made, and the batch's progress recorded."""
+    store = DeltaRsStore(tmp_path, spark)
+    for flow in FLOWS[:2]:
+        unreadable = spark.createDataFrame([(1, "a", "b", 1, "U", None)], SCHEMA).withColumn(
+            "name", F.raise_error(F.lit("the batch was computed"))
+        )
+        result = AutoCdcApplier(store, flow, {}, driver_rows=1000).apply(unreadable, {"t<-v": 7}, known_empty=True)
+        assert (result.upserted, result.deleted) == (0, 0)
+        assert _rows(store, "t") == []
+        assert store.txn_version("t", "t<-v") == 7
+        assert store.txn_version(f"{STATE_DIR}/t", "t<-v") == 7
+        store.drop("t")
+        store.drop(f"{STATE_DIR}/t")

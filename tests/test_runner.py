@@ -11,7 +11,9 @@ import pytest
 
 from cdc_medallion.config import load_conf
 from cdc_medallion.errors import ExpectationFailed, GraphError
+from cdc_medallion.runner.auto_cdc import AutoCdcApplier
 from cdc_medallion.runner.local import LocalRunner
+from cdc_medallion.storage.delta_rs import DeltaRsStore
 from tests.helpers import datasets, read_rows
 
 PIPELINE_HEAD = """
@@ -368,6 +370,61 @@ def test_rules_named_with_quotes_and_constraints_with_comments(spark, tmp_path, 
     counts = {x["name"]: (x["passed_records"], x["failed_records"]) for x in progress["data_quality"]["expectations"]}
     assert counts == {"it's \\ named": (2, 2), "op 'known'": (2, 2)}
     assert progress["data_quality"]["dropped_records"] == 1  # row 2; row 4 is quarantined, not dropped
+
+
+PER_PARITY_FLOWS = """
+for parity in ("even", "odd"):
+    def feed(parity=parity):
+        return dp.read_stream("changes").filter(F.col("id") % 2 == (0 if parity == "even" else 1))
+
+    dp.temporary_view(name=f"{parity}_changes")(dp.expect_or_drop("named", "name IS NOT NULL")(feed))
+    for scd in (1, 2):
+        dp.create_streaming_table(f"{parity}_{scd}")
+        dp.create_auto_cdc_flow(target=f"{parity}_{scd}", source=f"{parity}_changes", keys=["id"],
+                                sequence_by="seq", except_column_list=["op"], stored_as_scd_type=scd)
+"""
+
+
+def test_view_batches_with_no_rows_cost_no_job(spark, tmp_path, monkeypatch, driver_rows):
+    """With many tables, most tables' views hold none of a small batch's rows, and often nothing
+    is new at all. What the view's expectations counted, or a read that found nothing new,
+    already says so: no Spark job may ask again. Progress is still recorded."""
+    told: list[tuple[str, bool]] = []
+    apply = AutoCdcApplier.apply
+
+    def spied(self, batch, txns, known_empty=False):
+        told.append((self.flow.target, known_empty))
+        return apply(self, batch, txns, known_empty=known_empty)
+
+    monkeypatch.setattr(AutoCdcApplier, "apply", spied)
+    runner, storage = make_pipeline(tmp_path, PER_PARITY_FLOWS, [row(1, 1, "ann"), row(2, 2, "bob")], driver_rows)
+    runner.update()
+    assert sorted(told) == [("even_1", False), ("even_2", False), ("odd_1", False), ("odd_2", False)]
+
+    told.clear()
+    append(tmp_path, [row(3, 3, "cy"), row(4, 4, None)])  # an odd row, and an even one the view drops
+    runner.update()
+    assert sorted(told) == [("even_1", True), ("even_2", True), ("odd_1", False), ("odd_2", False)]
+    assert sorted(r["id"] for r in read_rows(spark, storage, "odd_1")) == [1, 3]
+    assert sorted(r["id"] for r in read_rows(spark, storage, "even_1")) == [2]
+    store = DeltaRsStore(storage, spark)
+    assert all(store.txn_version(n, f"{n}<-raw") == store.version("raw") for n in ("even_1", "even_2"))
+
+    told.clear()
+    jobs = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup(f"nothing-new-{driver_rows}", "")
+    try:
+        runner.update()
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+    assert told == []
+    assert jobs.getJobIdsForGroup(f"nothing-new-{driver_rows}") == []
+
+    # The even flows recorded the range they found empty: a new even row is read alone.
+    append(tmp_path, [row(6, 6, "di")])
+    runner.update()
+    assert sorted(r["id"] for r in read_rows(spark, storage, "even_1")) == [2, 6]
+    assert [r["id"] for r in read_rows(spark, storage, "even_2") if r["__END_AT"] is None] in ([2, 6], [6, 2])
 
 
 def test_dependency_cycle_is_reported(spark, tmp_path):

@@ -100,10 +100,14 @@ class AutoCdcApplier:
         self.input_over_driver_rows = input_over_driver_rows  # its new input: its events likely too
 
     # --- public -----------------------------------------------------------------------------
-    def apply(self, batch: DataFrame, txns: dict[str, int]) -> ApplyResult:
+    def apply(self, batch: DataFrame, txns: dict[str, int], known_empty: bool = False) -> ApplyResult:
+        """`known_empty`: the caller has counted `batch` empty already, so only progress is recorded."""
         flow = self.flow
         columns = data_columns(flow, batch.columns)
         events = self._events(batch, columns)
+        if known_empty:
+            self._ensure_target(events, columns)
+            return self._nothing_to_apply(txns)
         events.persist()
         try:
             self._ensure_target(events, columns)

@@ -131,6 +131,7 @@ class FlowReader:
         self.view_quarantines: list[tuple[str, DataFrame, int]] = []
         self.records: list[ReadRecord] = [ReadRecord()]  # the flow's, then one per view being evaluated
         self.persisted: list[DataFrame] = []  # views cached for this batch only
+        self.empty: list[DataFrame] = []  # view batches their expectations' counts found without a valid row
         self.landed: tuple[DataFrame, pa.Table] | None = None  # landed rows, as served and as read
 
     def _read_range(self, read: Range) -> None:
@@ -157,6 +158,14 @@ class FlowReader:
             return None
         return collect_small(rows, limit, few=not self.records[0].snapshot)
 
+    def known_empty(self, rows: DataFrame) -> bool:
+        """`rows` is a view batch already counted empty, so no job needs to look at it again.
+
+        With many tables, most tables' views find none of a small batch's rows; asking Spark
+        again cost each of their two flows a job (bench: 134 tables, 10 new messages).
+        """
+        return any(rows is empty for empty in self.empty)
+
     def _count_read(self, rows: int | None) -> None:
         self.rows_read = None if rows is None or self.rows_read is None else self.rows_read + rows
 
@@ -178,7 +187,7 @@ class FlowReader:
         if done is not None and done >= current:
             self.txns[app_id] = current
             self._read_range((name, done, current))
-            return store.read(name).limit(0)
+            return store.empty(name)
         # A backlog is read in batches of about max_bytes/max_messages_per_batch, as bronze lands it, so
         # memory stays bounded downstream too; the flow loops while `more` is set.
         conf = self.runner.conf
@@ -241,7 +250,7 @@ class FlowReader:
             df = dataset.query()
         finally:
             self.records.pop()
-        if not dataset.expectations:
+        if not dataset.expectations or _nothing_new(record):
             return df
         readers = self.runner.graph.auto_cdc_readers(dataset.name)
         shareable = not record.snapshot and not self.more
@@ -266,6 +275,8 @@ class FlowReader:
                 if shared.marked is not None:
                     self.persisted.append(shared.marked)
         split = shared.split
+        if split.report.rows == split.report.quarantined + split.report.dropped:
+            self.empty.append(split.valid)
         self.view_reports.append(split.report)
         if split.quarantine is not None:
             self.view_quarantines.append((f"{dataset.name}_quarantine", split.quarantine, split.report.quarantined))
@@ -287,6 +298,16 @@ class FlowReader:
         if rows.num_rows == 0:  # pyspark cannot take a table of no chunks (what a filter leaves)
             rows = pa.Table.from_pylist([], schema=rows.schema)
         return self.runner.spark.createDataFrame(rows, schema=schema)
+
+
+def _nothing_new(record: ReadRecord) -> bool:
+    """A view's query read only streams, and none had anything new: its batch is empty.
+
+    Its expectations then have nothing to check, and checking cost a job per view per update
+    (bench: an update with nothing new over 134 tables took 16.8 s).
+    """
+    done = all(after is not None and after >= upto for _, after, upto in record.ranges)
+    return bool(record.ranges) and not record.snapshot and done
 
 
 class LocalRunner:
@@ -506,7 +527,7 @@ class LocalRunner:
         applier = AutoCdcApplier(
             self.store, flow, properties, driver_rows=limit, input_over_driver_rows=not reader.small(limit)
         )
-        applied = applier.apply(batch, reader.txns)
+        applied = applier.apply(batch, reader.txns, known_empty=reader.known_empty(batch))
         result.batches += 1
         result.output_rows += applied.upserted
         result.deleted += applied.deleted
