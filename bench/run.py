@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from bench.memory import RssSampler
-    from bench.report import write_results
+    from bench.report import headline_peak, write_results
     from cdc_medallion.spark import get_spark
 
     args.work.mkdir(parents=True, exist_ok=True)
@@ -339,8 +339,10 @@ def main(argv: list[str] | None = None) -> int:
                 failed.append(name)
                 results.setdefault("errors", {})[name] = f"{type(error).__name__}: {str(error).strip()[:500]}"
                 say(f"{name} failed: {results['errors'][name]}")
-            results["peak_rss_gib"] = sampler.overall.as_gib()["driver_gib"]
             results["peak_memory"] = sampler.overall.as_gib()
+            results["peak_rss_gib"], results["peak_rss_from"] = headline_peak(
+                results, results["peak_memory"]["driver_gib"]
+            )
             results["seconds"] = round(time.monotonic() - started, 1)
             results.update(summary(results))
             latest, report = write_results(results, args.results)  # after every part: nothing measured is lost

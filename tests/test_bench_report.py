@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.report import _verdict
+from bench.report import _verdict, headline_peak
 
 
 def results(peak: float, parts: list[str], events: int) -> dict:
@@ -24,10 +24,18 @@ def test_memory_peak_at_ten_million_events_is_judged():
     assert _verdict("peak_rss_gib", results(3.5, ["growth"], 10_000_000)) == "met (target <= 4.0)"
 
 
-def test_carried_parts_do_not_count_towards_the_run_size():
-    """A carried 10M growth part did not add to this run's peak: the verdict stays open."""
-    verdict = _verdict("peak_rss_gib", results(2.9, ["formats"], 10_000_000) | {"formats": {}})
-    assert verdict.startswith("not judged")
+def test_a_carried_part_brings_its_own_peak_and_size():
+    """Rerunning the small parts must not replace the 10M increment's peak with their own: the
+    carried part's recorded peak is the headline when higher, and is judged at its size."""
+    small = results(1.4, ["growth"], 20_020)
+    increment = {"runs": {"10000000": {"rows": 10_000_000, "memory": {"driver_gib": 3.9, "jvm_gib": 2.4}}}}
+    carried = small | {"incremental": increment, "carried_from": {"incremental": {"date": "2026-11-22 22:50 UTC"}}}
+    peak, origin = headline_peak(carried, 1.4)
+    assert (peak, origin) == (3.9, "part incremental, carried from 2026-11-22 22:50 UTC")
+    assert _verdict("peak_rss_gib", carried | {"peak_rss_gib": peak}) == "met (target <= 4.0)"
+    assert headline_peak(carried, 4.2) == (4.2, "this run")
+    assert headline_peak(small, 1.4) == (1.4, "this run")
+    assert _verdict("peak_rss_gib", small).startswith("not judged")
 
 
 def test_speed_ratios_are_judged_at_any_size():

@@ -52,6 +52,18 @@ def test_a_backlog_is_read_in_steps_bounded_by_rows_as_well_as_bytes(spark, stor
     )  # one version at least
 
 
+def test_reads_with_nothing_new_can_be_joined_with_each_other(spark, storage):
+    """Stream reads that find nothing new are empty frames of the table's schema. A query may
+    join two of them (two streams, or one stream with itself) as it joins two tables."""
+    store = DeltaRsStore(storage, spark)
+    store.append("t", spark.createDataFrame([(1, "a")], SCHEMA), {"flow<-src": 0})
+    left, right = store.empty("t"), store.empty("t")
+    assert left.schema == right.schema == store.read("t").schema
+    joined = left.join(right, left["id"] == right["id"]).select(left["v"], right["v"].alias("w"))
+    assert joined.columns == ["v", "w"] and joined.count() == 0
+    assert store.read_appended("t", store.version("t"), store.version("t")).count() == 0
+
+
 def test_dataset_names_cannot_leave_the_storage_root(spark, storage):
     store = DeltaRsStore(storage, spark)
     for hostile in ("../../x", "t; DROP TABLE y", "a/b", "", "_system/../../x"):

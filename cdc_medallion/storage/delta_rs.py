@@ -133,13 +133,15 @@ class DeltaRsStore:
         return self.spark.read.schema(schema).parquet(*uris)
 
     def _no_rows(self, schema: StructType) -> DataFrame:
-        """An empty DataFrame of `schema`, made once per schema: making one takes Spark about
-        14 ms, which a stream read with nothing new paid for every view of every table."""
+        """An empty DataFrame of `schema`. Making one takes Spark 10-14 ms, which a stream read
+        with nothing new paid for every view of every table, so one is made per schema and
+        each read gets a renamed copy (3.5 ms): new column identities, so that a query may
+        join two such reads as it joins two tables (the same DataFrame twice is ambiguous)."""
         key = schema.json()
         empty = self._empty_frames.get(key)
         if empty is None:
             empty = self._empty_frames[key] = self.spark.createDataFrame([], schema)
-        return empty
+        return empty.toDF(*empty.columns)
 
     def read(self, name: str, schema: StructType | None = None, version: int | None = None) -> DataFrame:
         """The table's snapshot (at `version`) as a Spark DataFrame."""
