@@ -427,6 +427,37 @@ def test_view_batches_with_no_rows_cost_no_job(spark, tmp_path, monkeypatch, dri
     assert [r["id"] for r in read_rows(spark, storage, "even_2") if r["__END_AT"] is None] in ([2, 6], [6, 2])
 
 
+def test_views_share_one_read_of_a_small_input(spark, tmp_path, monkeypatch, driver_rows):
+    """Every table's view reads the same new silver range: when it is small, it is read into
+    the driver once per update and served to each view from memory. The rows are the files'
+    rows, and two reads of it can still be joined as two tables can."""
+    reads: list[tuple[str, str]] = []
+    for method in ("read_appended", "read_appended_arrow"):
+        original = getattr(DeltaRsStore, method)
+
+        def spied(self, name, *args, method=method, original=original, **kwargs):
+            reads.append((method, name))
+            return original(self, name, *args, **kwargs)
+
+        monkeypatch.setattr(DeltaRsStore, method, spied)
+    runner, storage = make_pipeline(tmp_path, PER_PARITY_FLOWS, [row(1, 1, "ann"), row(2, 2, "bob")], driver_rows)
+    runner.update()
+    raw = [r for r in reads if r[1] == "raw"]
+    if driver_rows == 0:  # the user asked for Spark only: every view scans the files
+        assert raw == [("read_appended", "raw")] * 4
+    else:
+        assert raw == [("read_appended_arrow", "raw")]
+    assert sorted(r["id"] for r in read_rows(spark, storage, "odd_2")) == [1]
+    assert sorted(r["id"] for r in read_rows(spark, storage, "even_1")) == [2]
+
+    store = DeltaRsStore(storage, spark)
+    read = ("raw", None, store.version("raw"))
+    left, right = runner.shared_read(read), runner.shared_read(read)
+    assert sorted(map(tuple, left.collect())) == sorted(map(tuple, store.read_appended(*read).collect()))
+    joined = left.join(right, left["_line"] == right["_line"]).select(left["value"], right["value"].alias("v"))
+    assert joined.count() == 2
+
+
 def test_dependency_cycle_is_reported(spark, tmp_path):
     runner, _ = make_pipeline(
         tmp_path,

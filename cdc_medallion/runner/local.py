@@ -39,6 +39,9 @@ from cdc_medallion.spark import get_spark
 from cdc_medallion.storage.delta_rs import DeltaRsStore, arrow_schema, release_unused_memory
 
 Progress = Callable[[str], None]
+# A view's new input up to this size is read into the driver once and shared (`shared_read`).
+SHARED_READ_ROWS = 10_000
+SHARED_READ_BYTES = 16 * 2**20
 
 
 def stderr_progress(line: str) -> None:
@@ -191,13 +194,24 @@ class FlowReader:
         # A backlog is read in batches of about max_bytes/max_messages_per_batch, as bronze lands it, so
         # memory stays bounded downstream too; the flow loops while `more` is set.
         conf = self.runner.conf
-        upto, rows = store.bounded_range(name, done, current, conf.max_bytes_per_batch, conf.max_messages_per_batch)
+        upto, rows, size = store.bounded_range(
+            name, done, current, conf.max_bytes_per_batch, conf.max_messages_per_batch
+        )
         self.txns[app_id] = upto
         self.more = self.more or upto < current
         self.has_new = True
         self._count_read(rows)
         self._read_range((name, done, upto))
+        if self._in_view() and rows is not None and size is not None and self._shareable(rows, size):
+            return self.runner.shared_read((name, done, upto))
         return store.read_appended(name, done, upto)
+
+    def _in_view(self) -> bool:
+        return len(self.records) > 1
+
+    def _shareable(self, rows: int, size: int) -> bool:
+        limit = min(SHARED_READ_ROWS, self.runner.conf.driver_apply_max_rows)
+        return rows <= limit and size <= SHARED_READ_BYTES
 
     def read(self, name: str) -> DataFrame:
         dataset = self.runner.graph.dataset(name)
@@ -295,9 +309,14 @@ class FlowReader:
         return exp.Split(valid=valid, quarantine=quarantine, report=split.report)
 
     def _local(self, rows: pa.Table, schema: StructType) -> DataFrame:
-        if rows.num_rows == 0:  # pyspark cannot take a table of no chunks (what a filter leaves)
-            rows = pa.Table.from_pylist([], schema=rows.schema)
-        return self.runner.spark.createDataFrame(rows, schema=schema)
+        return local_frame(self.runner.spark, rows, schema)
+
+
+def local_frame(spark: SparkSession, rows: pa.Table, schema: StructType) -> DataFrame:
+    """Rows in the driver as a DataFrame Spark holds in memory (a local relation)."""
+    if rows.num_rows == 0:  # pyspark cannot take a table of no chunks (what a filter leaves)
+        rows = pa.Table.from_pylist([], schema=rows.schema)
+    return spark.createDataFrame(rows, schema=schema)
 
 
 def _nothing_new(record: ReadRecord) -> bool:
@@ -324,6 +343,25 @@ class LocalRunner:
         self.result = UpdateResult(update_id="")
         self.log: EventLog | None = None
         self.shared_views: dict[tuple[str, tuple[Range, ...]], SharedView] = {}
+        self._shared_reads: dict[str, tuple[Range, DataFrame]] = {}  # table -> its last shared read
+
+    # --- reads -------------------------------------------------------------------------------
+    def shared_read(self, read: Range) -> DataFrame:
+        """A view's small new input, read into the driver once and served to every view reading
+        the same range: one table's view per source table, and usually every one of them reads
+        the same silver range. Spark scanning those few rows' files again for each view was most
+        of what a table cost (bench: 10 new messages over 134 tables took 33 s, 18.5 s with
+        this). Only the last range of each table is kept, and only for this update. Each read
+        gets a renamed copy, so that a query can still join two reads of one range."""
+        name = read[0]
+        kept = self._shared_reads.get(name)
+        if kept is None or kept[0] != read:
+            schema = self.store.spark_schema(name)
+            rows = self.store.read_appended_arrow(name, read[1], read[2], schema.fieldNames())
+            kept = (read, local_frame(self.spark, rows, schema))
+            self._shared_reads[name] = kept
+        frame = kept[1]
+        return frame.toDF(*frame.columns)
 
     # --- update -------------------------------------------------------------------------------
     def update(self, full_refresh: bool = False, lock: bool = True) -> UpdateResult:
@@ -354,6 +392,7 @@ class LocalRunner:
                     if view.marked is not None:
                         view.marked.unpersist()
                 self.shared_views.clear()
+                self._shared_reads.clear()
             self.result.seconds = time.monotonic() - started
             self.log.emit(
                 "update_progress",

@@ -86,6 +86,7 @@ def arrow_schema(schema: StructType) -> pa.Schema:
 class BoundedRange(NamedTuple):
     version: int  # the last version to read
     rows: int | None  # the rows appended up to it; None when a commit's log is gone
+    size: int | None = None  # the bytes of their files; None when a commit's log is gone
 
 
 class DeltaRsStore:
@@ -194,10 +195,10 @@ class DeltaRsStore:
             size, rows = added
             over = total_bytes + size > max_bytes or (max_rows is not None and total_rows + rows > max_rows)
             if over and version > first:
-                return BoundedRange(version - 1, total_rows)
+                return BoundedRange(version - 1, total_rows, total_bytes)
             total_bytes += size
             total_rows += rows
-        return BoundedRange(up_to, total_rows)
+        return BoundedRange(up_to, total_rows, total_bytes)
 
     def appended_rows(self, name: str, after_version: int | None, up_to: int) -> int | None:
         """Rows the commits in (after_version, up_to] added, from their log; None when a commit
