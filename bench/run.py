@@ -247,15 +247,29 @@ def many_tables(spark, sampler, args) -> dict[str, Any]:
     total = args.tables_changes or max(1000, args.n // 10)
     results: dict[str, Any] = {}
     for tables in (1, args.tables):
-        say(f"tables: {total:,} changes over {tables} table(s)")
+        say(f"tables: {total:,} changes over {tables} table(s), the last {SMALL_UPDATE} messages as an update")
         work = workload(args.work / "inputs", "debezium-json", total, tables=tables, say=say)
-        with work.fresh_storage() as conf:
+        with work.held_back(SMALL_UPDATE) as (conf, release):
             run = ours.run(spark, conf, sampler)
+            release()
+            small = ours.run(spark, conf, sampler)
+            idle = ours.run(spark, conf, sampler)
         results[str(tables)] = {"tables": tables, "events": work.events, "seconds": round(run.seconds, 2)}
         results[str(tables)]["stages_s"] = {k: round(v, 2) for k, v in run.stages.items()}
-        say(f"  {run.seconds:.1f}s (gold {run.stages['gold']:.1f}s)")
-    results["many_vs_one_cost_ratio"] = round(results[str(args.tables)]["seconds"] / results["1"]["seconds"], 3)
+        results[str(tables)]["small_update_s"] = round(small.seconds, 2)
+        results[str(tables)]["nothing_new_s"] = round(idle.seconds, 2)
+        say(
+            f"  {run.seconds:.1f}s (gold {run.stages['gold']:.1f}s); update of {SMALL_UPDATE} messages "
+            f"{small.seconds:.1f}s; nothing new {idle.seconds:.1f}s"
+        )
+    many, one = results[str(args.tables)], results["1"]
+    results["many_vs_one_cost_ratio"] = round(many["seconds"] / one["seconds"], 3)
+    results["small_update_many_vs_one"] = round(many["small_update_s"] / one["small_update_s"], 3)
+    results["small_update_messages"] = SMALL_UPDATE
     return results
+
+
+SMALL_UPDATE = 10  # messages in the many-tables part's small update: a trickle over a loaded pipeline
 
 
 # --- main -------------------------------------------------------------------------------------

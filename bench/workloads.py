@@ -12,7 +12,7 @@ import multiprocessing
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,6 +45,31 @@ class Workload:
 
     def conf(self) -> PipelineConf:
         return load_conf(self.conf_path)
+
+    @contextmanager
+    def held_back(self, count: int) -> Iterator[tuple[PipelineConf, Callable[[], None]]]:
+        """The conf over an empty storage and the input without its last `count` messages, and
+        a function that appends them: a loaded pipeline, then a small update on top of it."""
+        if not self.rendered.path.is_file():
+            raise ValueError(f"{self.name}: holding messages back needs a one-file input")
+        folder = self.conf_path.parent / "held-back"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        lines = self.rendered.path.read_bytes().splitlines(keepends=True)
+        kept, held = lines[: len(lines) - count], lines[len(lines) - count :]
+        copy = folder / self.rendered.path.name
+        copy.write_bytes(b"".join(kept))
+        batch = self.conf().max_messages_per_batch
+        conf = load_conf(_write_conf(folder, [replace(self.rendered, path=copy, messages=len(kept))], batch))
+
+        def release() -> None:
+            with copy.open("ab") as handle:
+                handle.write(b"".join(held))
+
+        try:
+            yield conf, release
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
     @contextmanager
     def fresh_storage(self) -> Iterator[PipelineConf]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.report import _verdict, headline_peak
+from bench.report import _verdict, headline_peak, markdown
 
 
 def results(peak: float, parts: list[str], events: int) -> dict:
@@ -40,3 +40,25 @@ def test_a_carried_part_brings_its_own_peak_and_size():
 
 def test_speed_ratios_are_judged_at_any_size():
     assert _verdict("silver_parse_vs_from_json", {"silver_parse_vs_from_json": 0.2}) == "MISSED (target >= 0.75)"
+
+
+def test_the_many_tables_section_shows_the_small_update_when_it_was_measured():
+    machine = {"cpus": 2, "cpu_model": "x", "memory_gib": 1, "python": "3", "spark": "4", "spark_master": "local"}
+    head = {"date": "d", "machine": machine, "n": 1, "parts": ["tables"], "seconds": 60}
+
+    def run(tables: int, seconds: float, **small: float) -> dict:
+        return {"tables": tables, "seconds": seconds, "stages_s": {"gold": seconds / 2}, **small}
+
+    measured = {
+        "1": run(1, 1.5, small_update_s=0.4, nothing_new_s=0.2),
+        "200": run(200, 40.0, small_update_s=12.0, nothing_new_s=6.0),
+        "many_vs_one_cost_ratio": 26.7,
+        "small_update_many_vs_one": 30.0,
+        "small_update_messages": 10,
+    }
+    text = markdown(head | {"tables": measured}, None)
+    assert "| 200 | 40.0 | 20.0 | 12.0 | 6.0 |" in text
+    assert "all but the last 10 messages" in text and "(many / one): 30.0." in text
+    older = {"1": run(1, 1.9), "200": run(200, 63.2), "many_vs_one_cost_ratio": 33.3}
+    text = markdown(head | {"tables": older}, None)
+    assert "| 200 | 63.2 | 31.6 | — | — |" in text and "last" not in text
