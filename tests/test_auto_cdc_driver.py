@@ -133,12 +133,19 @@ def test_a_batch_known_empty_is_not_read_and_only_records_progress(spark, tmp_pa
     store = DeltaRsStore(tmp_path, spark)
     for flow in FLOWS[:2]:
         unreadable = spark.createDataFrame([(1, "a", "b", 1, "U", None)], SCHEMA).withColumn(
-            "name", F.raise_error(F.lit("the batch was computed"))
+            "name", F.raise_error(F.lit("the batch was computed")).cast("string")
         )
         result = AutoCdcApplier(store, flow, {}, driver_rows=1000).apply(unreadable, {"t<-v": 7}, known_empty=True)
         assert (result.upserted, result.deleted) == (0, 0)
         assert _rows(store, "t") == []
         assert store.txn_version("t", "t<-v") == 7
         assert store.txn_version(f"{STATE_DIR}/t", "t<-v") == 7
+        # Once the tables hold rows, a batch known empty leaves them as they are.
+        rows = spark.createDataFrame([(2, "c", "d", 2, "U", None)], SCHEMA)
+        AutoCdcApplier(store, flow, {}, driver_rows=1000).apply(rows, {"t<-v": 8})
+        before = _rows(store, "t")
+        AutoCdcApplier(store, flow, {}, driver_rows=1000).apply(unreadable, {"t<-v": 9}, known_empty=True)
+        assert _rows(store, "t") == before and len(before) == 1
+        assert store.txn_version("t", "t<-v") == store.txn_version(f"{STATE_DIR}/t", "t<-v") == 9
         store.drop("t")
         store.drop(f"{STATE_DIR}/t")
