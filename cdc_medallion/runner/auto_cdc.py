@@ -104,12 +104,11 @@ class AutoCdcApplier:
         """`known_empty`: the caller has counted `batch` empty already, so only progress is recorded."""
         flow = self.flow
         columns = data_columns(flow, batch.columns)
-        if known_empty and self.store.exists(flow.target) and self.store.exists(self.state_name):
-            return self._nothing_to_apply(txns)  # not even a plan: 15 ms a flow, 134 tables
-        events = self._events(batch, columns)
-        if known_empty:
-            self._ensure_target(events, columns)
+        if known_empty:  # no job, and no plan either once the tables exist (15 ms a flow)
+            if not (self.store.exists(flow.target) and self.store.exists(self.state_name)):
+                self._ensure_target(self._events(batch, columns), columns)
             return self._nothing_to_apply(txns)
+        events = self._events(batch, columns)
         events.persist()
         try:
             self._ensure_target(events, columns)

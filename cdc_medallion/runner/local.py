@@ -36,7 +36,7 @@ from cdc_medallion.runner.graph import Graph, load_graph
 from cdc_medallion.runner.small_batch import collect_small
 from cdc_medallion.sources.files import FileLanding
 from cdc_medallion.spark import get_spark
-from cdc_medallion.storage.delta_rs import DeltaRsStore, arrow_schema, release_unused_memory
+from cdc_medallion.storage.delta_rs import DeltaRsStore, arrow_schema, release_unused_memory, renamed_copy
 
 Progress = Callable[[str], None]
 # A view's new input up to this size is read into the driver once and shared (`shared_read`).
@@ -202,16 +202,15 @@ class FlowReader:
         self.has_new = True
         self._count_read(rows)
         self._read_range((name, done, upto))
-        if self._in_view() and rows is not None and size is not None and self._shareable(rows, size):
+        if self._shared(rows, size):
             return self.runner.shared_read((name, done, upto))
         return store.read_appended(name, done, upto)
 
-    def _in_view(self) -> bool:
-        return len(self.records) > 1
-
-    def _shareable(self, rows: int, size: int) -> bool:
-        limit = min(SHARED_READ_ROWS, self.runner.conf.driver_apply_max_rows)
-        return rows <= limit and size <= SHARED_READ_BYTES
+    def _shared(self, rows: int | None, size: int | None) -> bool:
+        """A view (a record of its own on the stack) reading a range known to be small."""
+        if len(self.records) < 2 or rows is None or size is None:
+            return False
+        return rows <= min(SHARED_READ_ROWS, self.runner.conf.driver_apply_max_rows) and size <= SHARED_READ_BYTES
 
     def read(self, name: str) -> DataFrame:
         dataset = self.runner.graph.dataset(name)
@@ -304,12 +303,10 @@ class FlowReader:
         if collected is None:
             return None
         split = exp.split_arrow(collected, dataset.expectations, dataset.name)
-        valid = self._local(split.valid, marked.drop(exp.FAILED).schema)
-        quarantine = self._local(split.quarantine, marked.schema) if split.report.quarantined else None
+        spark = self.runner.spark
+        valid = local_frame(spark, split.valid, marked.drop(exp.FAILED).schema)
+        quarantine = local_frame(spark, split.quarantine, marked.schema) if split.report.quarantined else None
         return exp.Split(valid=valid, quarantine=quarantine, report=split.report)
-
-    def _local(self, rows: pa.Table, schema: StructType) -> DataFrame:
-        return local_frame(self.runner.spark, rows, schema)
 
 
 def local_frame(spark: SparkSession, rows: pa.Table, schema: StructType) -> DataFrame:
@@ -360,8 +357,7 @@ class LocalRunner:
             rows = self.store.read_appended_arrow(name, read[1], read[2], schema.fieldNames())
             kept = (read, local_frame(self.spark, rows, schema))
             self._shared_reads[name] = kept
-        frame = kept[1]
-        return frame.toDF(*frame.columns)
+        return renamed_copy(kept[1])
 
     # --- update -------------------------------------------------------------------------------
     def update(self, full_refresh: bool = False, lock: bool = True) -> UpdateResult:

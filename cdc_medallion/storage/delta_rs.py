@@ -83,6 +83,13 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return pa.schema([f.with_nullable(True) for f in converted])
 
 
+def renamed_copy(frame: DataFrame) -> DataFrame:
+    """`frame` under new column identities, for handing one kept DataFrame to several reads: a
+    query may join two reads as it joins two tables, and the same DataFrame twice in one join
+    is ambiguous to Spark (`Column ... are ambiguous`)."""
+    return frame.toDF(*frame.columns)
+
+
 class BoundedRange(NamedTuple):
     version: int  # the last version to read
     rows: int | None  # the rows appended up to it; None when a commit's log is gone
@@ -136,13 +143,12 @@ class DeltaRsStore:
     def _no_rows(self, schema: StructType) -> DataFrame:
         """An empty DataFrame of `schema`. Making one takes Spark 10-14 ms, which a stream read
         with nothing new paid for every view of every table, so one is made per schema and
-        each read gets a renamed copy (3.5 ms): new column identities, so that a query may
-        join two such reads as it joins two tables (the same DataFrame twice is ambiguous)."""
+        each read gets a `renamed_copy` (3.5 ms)."""
         key = schema.json()
         empty = self._empty_frames.get(key)
         if empty is None:
             empty = self._empty_frames[key] = self.spark.createDataFrame([], schema)
-        return empty.toDF(*empty.columns)
+        return renamed_copy(empty)
 
     def read(self, name: str, schema: StructType | None = None, version: int | None = None) -> DataFrame:
         """The table's snapshot (at `version`) as a Spark DataFrame."""
