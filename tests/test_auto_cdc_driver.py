@@ -86,6 +86,51 @@ def test_driver_and_spark_rebuilds_leave_the_same_tables(spark, tmp_path_factory
             assert _rows(in_driver, name) == _rows(by_spark, name), (name, batch)
 
 
+_WHOLE = st.sampled_from([None, ["id", "name", "city", "seq"], ["seq", "city", "name"]])
+_WHOLE_EVENT = st.tuples(st.integers(0, 4), _VALUE, _VALUE, st.sampled_from(["U", "U", "U", "D", "T"]), _WHOLE)
+
+
+@st.composite
+def whole_row_histories(draw: st.DrawFn) -> list[list[tuple]]:
+    """`histories` whose events all carry whole rows; a truncate sits alone in its batch."""
+    batches = draw(st.lists(st.lists(_WHOLE_EVENT, min_size=1, max_size=12), min_size=2, max_size=4))
+    batches = [[e for e in b if e[3] != "T"] or b[:1] for b in batches]
+    total = sum(len(b) for b in batches)
+    sequences = iter(draw(st.permutations(range(1, total + 1))))
+    return [[(i, n, c, next(sequences), op, p) for i, n, c, op, p in batch] for batch in batches]
+
+
+@settings(max_examples=8, deadline=None)
+@given(batches=whole_row_histories())
+def test_scd1_of_whole_rows_is_picked_with_arrow_as_spark_picks_it(spark, tmp_path_factory, batches):
+    """SCD1 batches of whole rows skip the Python loop: late events against stored rows,
+    tombstones and earlier truncates must still give Spark's tables."""
+    picked = []
+    original = AutoCdcApplier._scd1_of_whole_rows
+
+    def counted(self, *args, **kwargs):
+        picked.append(1)
+        return original(self, *args, **kwargs)
+
+    root = Path(tmp_path_factory.mktemp("whole"))
+    by_spark, in_driver = DeltaRsStore(root / "spark", spark), DeltaRsStore(root / "driver", spark)
+    AutoCdcApplier._scd1_of_whole_rows = counted
+    try:
+        for version, batch in enumerate(batches):
+            frame = spark.createDataFrame(batch, SCHEMA)
+            txns = {"t<-v": version}
+            spark_result = AutoCdcApplier(by_spark, FLOWS[0], {}, driver_rows=0).apply(frame, txns)
+            driver_result = AutoCdcApplier(in_driver, FLOWS[0], {}, driver_rows=1000).apply(frame, txns)
+            assert driver_result.in_driver
+            assert (driver_result.upserted, driver_result.deleted) == (spark_result.upserted, spark_result.deleted)
+            for name in ("t", f"{STATE_DIR}/t"):
+                assert _rows(in_driver, name) == _rows(by_spark, name), (name, batch)
+    finally:
+        AutoCdcApplier._scd1_of_whole_rows = original
+    truncating = sum(any(e[4] == "T" for e in b) for b in batches)
+    assert len(picked) == len(batches) - truncating
+
+
 def test_a_batch_over_the_limit_is_left_to_spark(spark, tmp_path):
     store = DeltaRsStore(tmp_path, spark)
     flow = FLOWS[0]

@@ -202,3 +202,35 @@ def table_of(rows: list[list[Any]], schema: pa.Schema) -> pa.Table:
 
 def truthy(array: pa.ChunkedArray) -> list[bool]:
     return pc.fill_null(array, False).to_pylist()
+
+
+# --- SCD1 of whole rows, without Python rows ---------------------------------------------------
+def whole_images(present: pa.ChunkedArray, value_columns: Sequence[str]) -> bool:
+    """Every event carries every value column (its present list is NULL or names them all).
+
+    Then nothing is carried forward from one event of a key to the next, and a key's SCD1 row
+    is its last event's row: Debezium's and most formats' images are whole.
+    """
+    lists = present.combine_chunks() if present.num_chunks else pa.array([], present.type)
+    given = len(lists) - lists.null_count
+    if not value_columns or given == 0:
+        return True
+    named = pc.is_in(pc.list_flatten(lists), value_set=pa.array(list(value_columns), pa.string()))
+    owners = pc.list_parent_indices(lists)
+    per_event = pa.table({"owner": owners, "named": named.cast(pa.int64())}).group_by("owner")
+    counts = per_event.aggregate([("named", "sum")]).column("named_sum")
+    return pc.sum(pc.equal(counts, len(value_columns))).as_py() == given
+
+
+def last_per_key(events: pa.Table, keys: Sequence[str], order: Sequence[str]) -> pa.Table:
+    """Each key's last event by `order` (ascending), as `KeyHistories.filled` then `scd1_final`
+    pick it: `order` ends with the arrival index, so ties go as Python's stable sort sends them."""
+    ordered = events.take(pc.sort_indices(events, sort_keys=[(c, "ascending") for c in [*keys, *order]]))
+    n = ordered.num_rows
+    if n == 0:
+        return ordered
+    last = pa.array([False] * (n - 1), pa.bool_())
+    for key in keys:
+        column = ordered.column(key)
+        last = pc.or_(last, pc.not_equal(column.slice(0, n - 1), column.slice(1)).combine_chunks())
+    return ordered.filter(pa.concat_arrays([last, pa.array([True])]))
