@@ -4,8 +4,9 @@ On two cores a Spark job costs a tenth of a second to a second however few rows 
 the Spark rebuild is a dozen jobs a flow: a 10k-change batch spent 2-3 s a flow there and about
 two thirds of a whole run in gold (bench, 20k changes). Here the batch's events are collected
 once, the rows the target and state hold for its keys are read by delta-rs, and each key's
-history is rebuilt in a Python loop. The result is exactly what the Spark rebuild hands to
-the MERGE (SCD1's final rows, SCD2's changed versions), so both paths share the writes.
+history is rebuilt in a Python loop, or, for SCD1 of whole rows, picked by an Arrow sort
+(`last_per_key`). The result is exactly what the Spark rebuild hands to the MERGE (SCD1's
+final rows, SCD2's changed versions), so both paths share the writes.
 
 The rules are the Spark path's, event for event; `tests/test_auto_cdc_driver.py` applies
 random batches through both and compares the tables. Where Python would order or compare
