@@ -199,8 +199,9 @@ class AutoCdcApplier:
     ) -> ApplyResult | None:
         """`_apply_in_driver` for SCD1 when every event carries whole rows: each key's final row
         is its last event among the new events, its stored row, its tombstone and the table's
-        truncates, so it is picked with Arrow sorts instead of a Python loop over every event
-        (the loop and its conversions were a third of a 1M-change bench run's gold stage)."""
+        truncates, so it is picked with an Arrow sort instead of a Python loop over every event.
+        On the bench's 1M changes the driver's rebuild took 53-54 s instead of 59-61 s, SCD1's
+        part of it 3.4 s."""
         keys = list(self.flow.keys)
         batch_keys = rows.select(keys).group_by(keys).aggregate([])
         key_types = [schema.field(k).type for k in keys]
