@@ -162,10 +162,10 @@ class AutoCdcApplier:
         rows = collected.filter(pc.invert(is_truncate))
         if any(rows.column(k).null_count for k in keys):
             return None  # Spark groups NULL keys but never joins them: left to its exact rules
-        values = [c for c in columns if c not in keys]
-        whole = driver.whole_images(rows.column(PRESENT), values) and not rows.column(SEQ).null_count
-        if self.flow.stored_as_scd_type == 1 and not new_truncates and whole:
-            return self._scd1_of_whole_rows(rows, columns, schema, txns)
+        # SCD1 without a new truncate may skip the loop; whether its rows are whole is asked last.
+        scd1 = self.flow.stored_as_scd_type == 1 and not new_truncates and not rows.column(SEQ).null_count
+        if scd1 and driver.whole_images(rows.column(PRESENT), [c for c in columns if c not in keys]):
+            return self._scd1_of_whole_rows(rows, columns, schema, key_types, txns)
         histories = driver.KeyHistories(columns, keys)
         for key, row, seq, deleted, present in zip(
             driver.keys_of(rows, keys),
@@ -195,7 +195,7 @@ class AutoCdcApplier:
         return result
 
     def _scd1_of_whole_rows(
-        self, rows: pa.Table, columns: list[str], schema: pa.Schema, txns: dict[str, int]
+        self, rows: pa.Table, columns: list[str], schema: pa.Schema, key_types: list[pa.DataType], txns: dict[str, int]
     ) -> ApplyResult | None:
         """`_apply_in_driver` for SCD1 when every event carries whole rows: each key's final row
         is its last event among the new events, its stored row, its tombstone and the table's
@@ -204,7 +204,6 @@ class AutoCdcApplier:
         part of it 3.4 s."""
         keys = list(self.flow.keys)
         batch_keys = rows.select(keys).group_by(keys).aggregate([])
-        key_types = [schema.field(k).type for k in keys]
         stored = self._stored_rows(set(driver.keys_of(batch_keys, keys)), keys, key_types, everything=False)
         if stored is None or stored.num_rows + rows.num_rows > self.driver_rows:
             return None
@@ -216,7 +215,7 @@ class AutoCdcApplier:
         truncates = pc.unique(state.filter(pc.equal(state.column("kind"), "truncate")).column(SEQ))
         # In the order `_apply_in_driver` adds them: new events, stored rows, tombstones, truncates.
         parts = [
-            (rows.select([*columns, SEQ]), 1, rows.column(DELETE)),
+            (rows.select([*columns, SEQ]), 1, pc.fill_null(rows.column(DELETE), False)),
             (stored.select(columns).append_column(SEQ, stored.column(SCD1_SEQUENCE)), 0, False),
             (tombstones.select([*keys, SEQ]), 0, True),
         ]
@@ -690,8 +689,9 @@ class AutoCdcApplier:
 
 
 def _as_events(part: pa.Table, origin: int, delete: bool | pa.ChunkedArray, schema: pa.Schema) -> pa.Table:
-    """Rows as `_scd1_of_whole_rows` events: `schema`'s columns (absent ones NULL), then origin."""
-    flags = pc.fill_null(delete, False) if isinstance(delete, pa.ChunkedArray) else pa.repeat(delete, part.num_rows)
+    """Rows as `_scd1_of_whole_rows` events: `schema`'s columns (absent ones NULL), then origin.
+    `delete` is each row's flag, or one flag for every row."""
+    flags = delete if isinstance(delete, pa.ChunkedArray) else pa.repeat(delete, part.num_rows)
     events = _conform(part.append_column(DELETE, flags), schema)
     return events.append_column(ORIGIN, pa.repeat(pa.scalar(origin, pa.int8()), part.num_rows))
 
