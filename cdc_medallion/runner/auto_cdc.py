@@ -30,16 +30,23 @@ from cdc_medallion.declarative.definitions import AutoCdcFlow
 from cdc_medallion.errors import GraphError
 from cdc_medallion.identifiers import quote
 from cdc_medallion.runner import auto_cdc_driver as driver
+from cdc_medallion.runner.event_columns import (
+    ACTION,
+    ARRIVAL,
+    DELETE,
+    END_AT,
+    OLD_END,
+    ORIGIN,
+    PRESENT,
+    SCD1_SEQUENCE,
+    SEQ,
+    START_AT,
+    TRUNCATE,
+)
 from cdc_medallion.runner.merge_bounds import bounded, within_source_keys
 from cdc_medallion.runner.small_batch import collect_small
 from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore, arrow_schema
 
-SEQ, DELETE, TRUNCATE, PRESENT, ORIGIN = "__seq", "__is_delete", "__is_truncate", "__present", "__origin"
-OLD_END = "__old_end"  # SCD2: the end a version had in the target, on the event that stands for that version
-SCD1_SEQUENCE = "__sequence"
-ARRIVAL = "__arrival"  # the order events reach the driver's rebuild: its tie-breaker
-START_AT, END_AT = "__START_AT", "__END_AT"
-ACTION = "__action"
 BROADCAST_KEYS = 2_000_000  # batches are bounded by rows and bytes, so their keys are far fewer
 
 
@@ -145,7 +152,13 @@ class AutoCdcApplier:
 
     # --- the rebuild in the driver (auto_cdc_driver.py) ---------------------------------------
     def _apply_in_driver(self, events: DataFrame, columns: list[str], txns: dict[str, int]) -> ApplyResult | None:
-        """The batch rebuilt in Python when it and the rows its keys hold are few; None leaves it to Spark."""
+        """The batch rebuilt with Arrow in the driver when it and the rows its keys hold are few;
+        None leaves it to Spark.
+
+        The events are the Spark rebuild's, made the way `_existing_events` and `_apply` make
+        them: the new ones, what the target and state hold for the touched keys (every key of
+        the table after a new truncate), and each truncate for every touched key.
+        """
         keys = list(self.flow.keys)
         schema = arrow_schema(events.schema)
         key_types = [schema.field(k).type for k in keys]
@@ -158,115 +171,64 @@ class AutoCdcApplier:
         if collected.num_rows == 0:
             return self._nothing_to_apply(txns)
         is_truncate = pc.fill_null(collected.column(TRUNCATE), False)
-        new_truncates = list(dict.fromkeys(collected.column(SEQ).filter(is_truncate).to_pylist()))
+        new_truncates = pc.unique(collected.column(SEQ).filter(is_truncate))
         rows = collected.filter(pc.invert(is_truncate))
         if any(rows.column(k).null_count for k in keys):
             return None  # Spark groups NULL keys but never joins them: left to its exact rules
-        # SCD1 without a new truncate may skip the loop; whether its rows are whole is asked last.
-        scd1 = self.flow.stored_as_scd_type == 1 and not new_truncates and not rows.column(SEQ).null_count
-        if scd1 and driver.whole_images(rows.column(PRESENT), [c for c in columns if c not in keys]):
-            return self._scd1_of_whole_rows(rows, columns, schema, key_types, txns)
-        histories = driver.KeyHistories(columns, keys)
-        for key, row, seq, deleted, present in zip(
-            driver.keys_of(rows, keys),
-            driver.rows_of(rows, columns),
-            rows.column(SEQ).to_pylist(),
-            driver.truthy(rows.column(DELETE)),
-            driver.present_sets(rows.column(PRESENT)),
-            strict=True,
-        ):
-            histories.add(key, driver.Event(row, seq, 1, deleted, present))
-        stored = self._stored_rows(set(histories.by_key), keys, key_types, everything=bool(new_truncates))
-        if stored is None or stored.num_rows + rows.num_rows > self.driver_rows:
-            return None
-        self._add_stored_events(histories, stored, schema, new_truncates)
-        fields = [schema.field(c) for c in columns]
-        seq = schema.field(SEQ)
-        if self.flow.stored_as_scd_type == 1:
-            final = driver.table_of(driver.scd1_final(histories), pa.schema([*fields, seq, schema.field(DELETE)]))
-            result = self._commit_scd1(ds.dataset(final), columns, txns, new_truncates)
-        else:
-            changed = driver.scd2_changes(histories, tracked_columns(self.flow, columns))
-            ends = [pa.field(START_AT, seq.type), pa.field(END_AT, seq.type), pa.field(ACTION, pa.string())]
-            changes = driver.table_of(changed, pa.schema([*fields, *ends]))
-            result = self._commit_scd2(ds.dataset(changes), txns, new_truncates)
-        result.truncates = len(new_truncates)
-        result.in_driver = True
-        return result
-
-    def _scd1_of_whole_rows(
-        self, rows: pa.Table, columns: list[str], schema: pa.Schema, key_types: list[pa.DataType], txns: dict[str, int]
-    ) -> ApplyResult | None:
-        """`_apply_in_driver` for SCD1 when every event carries whole rows: each key's final row
-        is its last event among the new events, its stored row, its tombstone and the table's
-        truncates, so it is picked with an Arrow sort instead of a Python loop over every event.
-        On the bench's 1M changes the driver's rebuild took 53-54 s instead of 59-61 s, SCD1's
-        part of it 3.4 s."""
-        keys = list(self.flow.keys)
         batch_keys = rows.select(keys).group_by(keys).aggregate([])
-        stored = self._stored_rows(set(driver.keys_of(batch_keys, keys)), keys, key_types, everything=False)
+        everything = len(new_truncates) > 0  # a new truncate touches every key of the table
+        stored = self._stored_rows(batch_keys, everything=everything)
         if stored is None or stored.num_rows + rows.num_rows > self.driver_rows:
             return None
-        wanted = pa.schema([*(schema.field(c) for c in columns), schema.field(SEQ), schema.field(DELETE)])
-        state = self._state_table(keys, schema)
-        tombstones = state.filter(pc.equal(state.column("kind"), "tombstone")).join(
-            batch_keys, keys, join_type="left semi"
+        affected = batch_keys
+        if everything:
+            stored_keys = stored.select(keys).cast(batch_keys.schema)
+            affected = pa.concat_tables([batch_keys, stored_keys]).group_by(keys).aggregate([])
+        scd1 = self.flow.stored_as_scd_type == 1
+        seq = schema.field(SEQ)
+        ends = [] if scd1 else [seq.with_name(OLD_END)]
+        wanted = pa.schema(
+            [*(schema.field(c) for c in columns), seq, schema.field(DELETE), schema.field(PRESENT), *ends]
         )
-        truncates = pc.unique(state.filter(pc.equal(state.column("kind"), "truncate")).column(SEQ))
-        # In the order `_apply_in_driver` adds them: new events, stored rows, tombstones, truncates.
-        parts = [
-            (rows.select([*columns, SEQ]), 1, pc.fill_null(rows.column(DELETE), False)),
-            (stored.select(columns).append_column(SEQ, stored.column(SCD1_SEQUENCE)), 0, False),
-            (tombstones.select([*keys, SEQ]), 0, True),
-        ]
-        for seq in truncates:  # every key of the batch, at each truncate of the table
-            parts.append((batch_keys.append_column(SEQ, pa.repeat(seq, batch_keys.num_rows)), -1, True))
+        state = self._state_table(keys, schema)
+        stored_truncates = state.filter(pc.equal(state.column("kind"), "truncate")).column(SEQ)
+        truncates = pc.unique(pa.chunked_array([*stored_truncates.chunks, new_truncates], seq.type))
+        new_events = (rows.select([*columns, SEQ, PRESENT]), 1, pc.fill_null(rows.column(DELETE), False))
+        if scd1:
+            tombstones = state.filter(pc.equal(state.column("kind"), "tombstone"))
+            parts = [
+                new_events,
+                (stored.select(columns).append_column(SEQ, stored.column(SCD1_SEQUENCE)), 0, False),
+                (tombstones.join(affected, keys, join_type="left semi").select([*keys, SEQ]), 0, True),
+            ]
+        else:
+            versions = stored.select(columns).append_column(SEQ, stored.column(START_AT))
+            parts = [
+                new_events,
+                (versions.append_column(OLD_END, stored.column(END_AT)), 0, False),
+                (driver.ended_by_delete(stored, keys), 0, True),
+            ]
+        for truncate in truncates:
+            parts.append((affected.append_column(SEQ, pa.repeat(truncate, affected.num_rows)), -1, True))
+        # Arrival order breaks ties in (sequence, origin), as the Spark rebuild's stable sort would.
         events = pa.concat_tables([_as_events(part, origin, delete, wanted) for part, origin, delete in parts])
         events = events.append_column(ARRIVAL, pa.array(range(events.num_rows), pa.int64()))
-        final = driver.last_per_key(events, keys, [SEQ, ORIGIN, ARRIVAL]).select(wanted.names)
-        result = self._commit_scd1(ds.dataset(final), columns, txns, [])
+        ordered = driver.fill_absent(driver.in_history_order(events, keys), keys, columns)
+        truncated = new_truncates.to_pylist()
+        if scd1:
+            final = driver.last_per_key(ordered, keys).select([*columns, SEQ, DELETE])
+            result = self._commit_scd1(ds.dataset(final), columns, txns, truncated)
+        else:
+            changes = driver.scd2_versions(ordered, keys, columns, tracked_columns(self.flow, columns))
+            result = self._commit_scd2(ds.dataset(changes), txns, truncated)
+        result.truncates = len(truncated)
         result.in_driver = True
         return result
 
-    def _add_stored_events(
-        self, histories: driver.KeyHistories, stored: pa.Table, schema: pa.Schema, new_truncates: list[Any]
-    ) -> None:
-        """What the target and state hold for the touched keys, as events, the way
-        `_existing_events` and the truncate events of `_apply` make them."""
-        keys = list(self.flow.keys)
-        affected = set(histories.by_key)
-        stored_keys = driver.keys_of(stored, keys)
-        if new_truncates:  # a new truncate touches every key of the table
-            affected.update(stored_keys)
-        scd1 = self.flow.stored_as_scd_type == 1
-        starts = stored.column(SCD1_SEQUENCE if scd1 else START_AT).to_pylist()
-        ends = [None] * stored.num_rows if scd1 else stored.column(END_AT).to_pylist()
-        for key, row, seq, end in zip(
-            stored_keys, driver.rows_of(stored, histories.columns), starts, ends, strict=True
-        ):
-            histories.add(key, driver.Event(row, seq, 0, False, None, end))
-        state = self._stored_state(keys, schema)
-        if scd1:  # the tombstones of deleted keys
-            for key, seq in state["tombstone"]:
-                if key in affected:
-                    histories.add(key, driver.Event(histories.empty_row(key), seq, 0, True, None))
-        else:  # a version whose end is not another version's start was ended by a delete
-            starts_of: dict[tuple[Any, ...], set[Any]] = {}
-            for key, seq in zip(stored_keys, starts, strict=True):
-                starts_of.setdefault(key, set()).add(seq)
-            for key, end in zip(stored_keys, ends, strict=True):
-                if end is not None and end not in starts_of[key]:
-                    histories.add(key, driver.Event(histories.empty_row(key), end, 0, True, None))
-        truncates = set(new_truncates) | {seq for _, seq in state["truncate"]}
-        for key in affected if truncates else ():
-            for seq in truncates:
-                histories.add(key, driver.Event(histories.empty_row(key), seq, -1, True, None))
-
-    def _stored_rows(
-        self, keys_in_batch: set[tuple[Any, ...]], keys: list[str], key_types: list[pa.DataType], *, everything: bool
-    ) -> pa.Table | None:
+    def _stored_rows(self, batch_keys: pa.Table, *, everything: bool) -> pa.Table | None:
         """The target's rows of the batch's keys (all of them after a truncate), read by delta-rs
         in the target's Spark schema; None when there are too many or a stored key is NULL."""
+        keys = list(self.flow.keys)
         table = self.store.table(self.flow.target)
         if everything and table.count() > self.driver_rows:
             return None
@@ -275,13 +237,9 @@ class AutoCdcApplier:
         # a filter pushed into the scan cannot compare with its statistics (pyarrow 22). Files
         # outside the batch's key range are skipped by delta-rs itself, from the log's statistics,
         # so a small batch into a big target does not read the whole target.
-        pruning = None
-        if not everything and keys_in_batch:
-            columns = zip(*keys_in_batch, strict=True)
-            batch_keys = pa.table({k: pa.array(v, t) for k, v, t in zip(keys, columns, key_types, strict=True)})
-            pruning = within_source_keys(ds.dataset(batch_keys), keys, alias=None)
+        pruning = None if everything else within_source_keys(ds.dataset(batch_keys), keys, alias=None)
         data = table.to_pyarrow_dataset(schema=target, file_pruning_predicate=pruning)
-        wanted = None if everything else driver.key_filter(keys, keys_in_batch, key_types)
+        wanted = None if everything else driver.key_filter(batch_keys, keys)
         parts, kept = [target.empty_table()], 0
         for batch in data.to_batches():
             part = pa.Table.from_batches([batch], schema=target)
@@ -292,27 +250,16 @@ class AutoCdcApplier:
         found = pa.concat_tables(parts)
         if any(found.column(k).null_count for k in keys):
             return None
-        if everything:
+        if everything or len(keys) == 1:  # one key: the filter was exact
             return found
-        exact = [k in keys_in_batch for k in driver.keys_of(found, keys)]
-        return found.filter(pa.array(exact, pa.bool_()))
+        key_schema = pa.schema([target.field(k) for k in keys])
+        return found.join(batch_keys.cast(key_schema), keys, join_type="left semi")
 
     def _state_table(self, keys: list[str], schema: pa.Schema) -> pa.Table:
         """The state table: keys and sequence in the batch's types, and each row's kind."""
         stored = arrow_schema(self.store.spark_schema(self.state_name))
         state = self.store.table(self.state_name).to_pyarrow_dataset(schema=stored).to_table()
         return state.cast(pa.schema([*(schema.field(k) for k in keys), schema.field(SEQ), stored.field("kind")]))
-
-    def _stored_state(self, keys: list[str], schema: pa.Schema) -> dict[str, list[tuple[tuple[Any, ...], Any]]]:
-        """The state table's rows by kind: (key, sequence) of each tombstone and truncate."""
-        state = self._state_table(keys, schema)
-        by_kind: dict[str, list[tuple[tuple[Any, ...], Any]]] = {"tombstone": [], "truncate": []}
-        rows = zip(
-            driver.keys_of(state, keys), state.column(SEQ).to_pylist(), state.column("kind").to_pylist(), strict=True
-        )
-        for key, seq, kind in rows:
-            by_kind.setdefault(kind, []).append((key, seq))
-        return by_kind
 
     # --- event preparation -------------------------------------------------------------------
     def _events(self, batch: DataFrame, columns: list[str]) -> DataFrame:
@@ -689,7 +636,7 @@ class AutoCdcApplier:
 
 
 def _as_events(part: pa.Table, origin: int, delete: bool | pa.ChunkedArray, schema: pa.Schema) -> pa.Table:
-    """Rows as `_scd1_of_whole_rows` events: `schema`'s columns (absent ones NULL), then origin.
+    """Rows as `_apply_in_driver` events: `schema`'s columns (absent ones NULL), then origin.
     `delete` is each row's flag, or one flag for every row."""
     flags = delete if isinstance(delete, pa.ChunkedArray) else pa.repeat(delete, part.num_rows)
     events = _conform(part.append_column(DELETE, flags), schema)
