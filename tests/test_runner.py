@@ -11,6 +11,7 @@ import pytest
 
 from cdc_medallion.config import load_conf
 from cdc_medallion.errors import ExpectationFailed, GraphError
+from cdc_medallion.runner import expectations
 from cdc_medallion.runner.auto_cdc import AutoCdcApplier
 from cdc_medallion.runner.local import LocalRunner
 from cdc_medallion.storage.delta_rs import DeltaRsStore
@@ -42,7 +43,7 @@ def driver_rows(request) -> int:
 
 
 def make_pipeline(
-    tmp_path: Path, body: str, rows: list[dict], driver_rows: int | None = None
+    tmp_path: Path, body: str, rows: list[dict], driver_rows: int | None = None, batch: int | None = None
 ) -> tuple[LocalRunner, Path]:
     folder = tmp_path / "transformations"
     folder.mkdir(exist_ok=True)
@@ -53,6 +54,7 @@ def make_pipeline(
     conf.write_text(
         f"pipeline: {{name: t, storage: {tmp_path / 'storage'}, transformations: {folder}, expectations: {tmp_path}"
         + ("" if driver_rows is None else f", driver_apply_max_rows: {driver_rows}")
+        + ("" if batch is None else f", max_messages_per_batch: {batch}")
         + "}\n"
         f"sources: [{{name: s, format: debezium-json, input: {{path: {data}}}}}]\n",
         encoding="utf-8",
@@ -456,6 +458,44 @@ def test_views_share_one_read_of_a_small_input(spark, tmp_path, monkeypatch, dri
     assert sorted(map(tuple, left.collect())) == sorted(map(tuple, store.read_appended(*read).collect()))
     joined = left.join(right, left["_line"] == right["_line"]).select(left["value"], right["value"].alias("v"))
     assert joined.count() == 2
+
+
+def test_a_backlog_checks_each_view_batch_once_for_both_flows(spark, tmp_path, monkeypatch, driver_rows):
+    """Gold's SCD1 and SCD2 flows read one view. Through a backlog they run batch by batch in
+    turn, so the second reads the batch the first checked instead of checking it again (one
+    after the other, every batch but the last was checked twice)."""
+    checked: list[str] = []
+    mark = expectations.mark
+
+    def spied(df, rules, name):
+        checked.append(name)
+        return mark(df, rules, name)
+
+    monkeypatch.setattr(expectations, "mark", spied)
+    body = """
+        dp.temporary_view(name="named")(dp.expect_or_drop("named", "name IS NOT NULL")(
+            lambda: dp.read_stream("changes")))
+        for scd in (1, 2):
+            dp.create_streaming_table(f"people_{scd}")
+            dp.create_auto_cdc_flow(target=f"people_{scd}", source="named", keys=["id"], sequence_by="seq",
+                                    except_column_list=["op", "seq"], stored_as_scd_type=scd)
+    """
+    rows = [row(i % 3, i, f"n{i}") for i in range(1, 7)] + [row(1, 7, None)]
+    runner, storage = make_pipeline(tmp_path, body, rows, driver_rows, batch=2)
+    runner.update()
+    assert checked.count("named") == 4  # 7 messages in batches of 2
+    assert runner.result.flows["people_1"].batches == runner.result.flows["people_2"].batches == 4
+    current = {r["id"]: r["name"] for r in read_rows(spark, storage, "people_1")}
+    assert current == {0: "n6", 1: "n4", 2: "n5"}
+    history = read_rows(spark, storage, "people_2")
+    assert sorted((r["id"], r["name"], r["__END_AT"]) for r in history) == [
+        (0, "n3", 6),
+        (0, "n6", None),
+        (1, "n1", 4),
+        (1, "n4", None),
+        (2, "n2", 5),
+        (2, "n5", None),
+    ]
 
 
 def test_dependency_cycle_is_reported(spark, tmp_path):
