@@ -199,7 +199,7 @@ class AutoCdcApplier:
             parts = [
                 new_events,
                 (stored.select(columns).append_column(SEQ, stored.column(SCD1_SEQUENCE)), 0, False),
-                (tombstones.join(affected, keys, join_type="left semi").select([*keys, SEQ]), 0, True),
+                (driver.with_keys_among(tombstones, keys, affected).select([*keys, SEQ]), 0, True),
             ]
         else:
             versions = stored.select(columns).append_column(SEQ, stored.column(START_AT))
@@ -252,8 +252,7 @@ class AutoCdcApplier:
             return None
         if everything or len(keys) == 1:  # one key: the filter was exact
             return found
-        key_schema = pa.schema([target.field(k) for k in keys])
-        return found.join(batch_keys.cast(key_schema), keys, join_type="left semi")
+        return driver.with_keys_among(found, keys, batch_keys)
 
     def _state_table(self, keys: list[str], schema: pa.Schema) -> pa.Table:
         """The state table: keys and sequence in the batch's types, and each row's kind."""

@@ -60,6 +60,16 @@ def key_filter(batch_keys: pa.Table, keys: Sequence[str]) -> pc.Expression:
     return expression
 
 
+def with_keys_among(table: pa.Table, keys: Sequence[str], wanted: pa.Table) -> pa.Table:
+    """`table`'s rows whose key is one of `wanted`'s rows. Joined on the keys and a row number
+    alone: Arrow's joins refuse nested columns (lists, structs, maps) beside the keys."""
+    key_schema = pa.schema([table.schema.field(k) for k in keys])
+    rows = pa.table({**{k: table.column(k) for k in keys}, "__row": pa.array(range(table.num_rows), pa.int64())})
+    matched = rows.join(wanted.select(list(keys)).cast(key_schema), list(keys), join_type="left semi")
+    numbers = matched.column("__row")
+    return table.take(numbers.take(pc.sort_indices(numbers)))  # in `table`'s order
+
+
 def in_history_order(events: pa.Table, keys: Sequence[str]) -> pa.Table:
     """Each key's events by sequence, then origin, then arrival (the Spark rebuild's window order,
     its ties broken as the events were added)."""
@@ -114,7 +124,7 @@ def ended_by_delete(stored: pa.Table, keys: Sequence[str]) -> pa.Table:
         ]
     )
     marks = marks.take(pc.sort_indices(marks, sort_keys=[(c, "ascending") for c in [*keys, SEQ]]))
-    is_start = marks.column("is_start").to_numpy()
+    is_start = _numpy(marks.column("is_start"))
     run = np.cumsum(_differs_from_previous(marks, [*keys, SEQ])) - 1
     some_start = np.bincount(run, weights=is_start, minlength=run[-1] + 1 if len(run) else 0) > 0
     return marks.filter(pa.array(~is_start & ~some_start[run])).select([*keys, SEQ])
@@ -219,7 +229,7 @@ def _same(left: pa.Array | pa.ChunkedArray, right: pa.Array | pa.ChunkedArray) -
     data_type = left.type
     if pa.types.is_null(data_type):
         return np.ones(len(left), bool)
-    if pa.types.is_nested(data_type):  # Arrow cannot compare these: Python does
+    if pa.types.is_nested(data_type):  # Arrow cannot compare these: Python does (NaN within unequal)
         return np.array([a == b for a, b in zip(left.to_pylist(), right.to_pylist(), strict=True)], bool)
     equal = pc.fill_null(pc.equal(left, right), False)
     if pa.types.is_floating(data_type):
@@ -228,7 +238,7 @@ def _same(left: pa.Array | pa.ChunkedArray, right: pa.Array | pa.ChunkedArray) -
     return _numpy(pc.or_(equal, both_null))
 
 
-def _numpy(flags: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    if isinstance(flags, pa.ChunkedArray):
-        flags = flags.combine_chunks()
-    return flags.to_numpy(zero_copy_only=False)
+def _numpy(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    return array.to_numpy(zero_copy_only=False)
