@@ -184,6 +184,31 @@ class AutoCdcApplier:
         if everything:
             stored_keys = stored.select(keys).cast(batch_keys.schema)
             affected = pa.concat_tables([batch_keys, stored_keys]).group_by(keys).aggregate([])
+        ordered = self._history_in_driver(rows, stored, affected, new_truncates, columns, schema)
+        truncated = new_truncates.to_pylist()
+        if self.flow.stored_as_scd_type == 1:
+            final = driver.last_per_key(ordered, keys).select([*columns, SEQ, DELETE])
+            result = self._commit_scd1(ds.dataset(final), columns, txns, truncated)
+        else:
+            changes = driver.scd2_versions(ordered, keys, columns, tracked_columns(self.flow, columns))
+            result = self._commit_scd2(ds.dataset(changes), txns, truncated)
+        result.truncates = len(truncated)
+        result.in_driver = True
+        return result
+
+    def _history_in_driver(
+        self,
+        rows: pa.Table,
+        stored: pa.Table,
+        affected: pa.Table,
+        new_truncates: pa.Array,
+        columns: list[str],
+        schema: pa.Schema,
+    ) -> pa.Table:
+        """Every touched key's events in history order, absent columns filled: the new `rows`,
+        the `stored` rows as events, the deletes the state or the stored versions stand for, and
+        each truncate for every `affected` key."""
+        keys = list(self.flow.keys)
         scd1 = self.flow.stored_as_scd_type == 1
         seq = schema.field(SEQ)
         ends = [] if scd1 else [seq.with_name(OLD_END)]
@@ -213,17 +238,7 @@ class AutoCdcApplier:
         # Arrival order breaks ties in (sequence, origin), as the Spark rebuild's stable sort would.
         events = pa.concat_tables([_as_events(part, origin, delete, wanted) for part, origin, delete in parts])
         events = events.append_column(ARRIVAL, pa.array(range(events.num_rows), pa.int64()))
-        ordered = driver.fill_absent(driver.in_history_order(events, keys), keys, columns)
-        truncated = new_truncates.to_pylist()
-        if scd1:
-            final = driver.last_per_key(ordered, keys).select([*columns, SEQ, DELETE])
-            result = self._commit_scd1(ds.dataset(final), columns, txns, truncated)
-        else:
-            changes = driver.scd2_versions(ordered, keys, columns, tracked_columns(self.flow, columns))
-            result = self._commit_scd2(ds.dataset(changes), txns, truncated)
-        result.truncates = len(truncated)
-        result.in_driver = True
-        return result
+        return driver.fill_absent(driver.in_history_order(events, keys), keys, columns)
 
     def _stored_rows(self, batch_keys: pa.Table, *, everything: bool) -> pa.Table | None:
         """The target's rows of the batch's keys (all of them after a truncate), read by delta-rs

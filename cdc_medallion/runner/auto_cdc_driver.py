@@ -162,7 +162,8 @@ def scd2_versions(ordered: pa.Table, keys: Sequence[str], columns: Sequence[str]
     last = members[closes]
     ends = _at(end_of, last)
     # A stored version that stays as it was (same row, same end) is not rewritten.
-    from_store = np.flatnonzero(_numpy(ordered.column(ORIGIN))[first] == 0)
+    stored = _numpy(ordered.column(ORIGIN)) == 0
+    from_store = np.flatnonzero(stored[first])
     unchanged = np.zeros(len(first), bool)
     if len(from_store):
         was, now = first[from_store], last[from_store]
@@ -173,7 +174,6 @@ def scd2_versions(ordered: pa.Table, keys: Sequence[str], columns: Sequence[str]
     # A stored version no version starts at any more (same key, same sequence) is deleted.
     run = np.cumsum(first_of_key | _differs_from_previous(ordered, [SEQ])) - 1
     some_start = np.bincount(run, weights=starts, minlength=run[-1] + 1) > 0
-    stored = _numpy(ordered.column(ORIGIN)) == 0
     vanished = np.flatnonzero(stored & ~deleted & ~some_start[run])
     deletes = _versions(ordered, columns, vanished, _at(seq, vanished), "delete", _at(old_end, vanished))
     return pa.concat_tables([upserts, deletes])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import runpy
-from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -20,12 +19,19 @@ class Graph:
     flows: dict[str, AnyFlow]
 
     @cached_property
-    def _auto_cdc_sources(self) -> Counter[str]:
-        return Counter(f.source for f in self.flows.values() if isinstance(f, AutoCdcFlow))
+    def _auto_cdc_by_source(self) -> dict[str, list[AutoCdcFlow]]:
+        by_source: dict[str, list[AutoCdcFlow]] = {}
+        for flow in self.flows.values():
+            if isinstance(flow, AutoCdcFlow):
+                by_source.setdefault(flow.source, []).append(flow)
+        return by_source
+
+    def auto_cdc_flows(self, dataset: str) -> list[AutoCdcFlow]:
+        """The auto CDC flows reading `dataset` (gold's SCD1 and SCD2 flows read one view)."""
+        return self._auto_cdc_by_source.get(dataset, [])
 
     def auto_cdc_readers(self, dataset: str) -> int:
-        """How many auto CDC flows read `dataset` (gold's SCD1 and SCD2 flows read one view)."""
-        return self._auto_cdc_sources[dataset]
+        return len(self.auto_cdc_flows(dataset))
 
     def flows_into(self, target: str) -> list[AnyFlow]:
         return [f for f in self.flows.values() if f.target == target]

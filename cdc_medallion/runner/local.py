@@ -280,7 +280,7 @@ class FlowReader:
                 split = exp.split(cached, dataset.expectations, dataset.name)
             shared = SharedView(cached, split, readers=readers - 1)
             if shareable and shared.readers > 0:
-                self.runner.forget_shared_view(dataset.name)
+                self.runner.forget_shared_views(dataset.name)
                 self.runner.shared_views[key] = shared
             elif cached is not None:
                 self.persisted.append(cached)
@@ -363,9 +363,10 @@ class LocalRunner:
             self._shared_reads[name] = kept
         return renamed_copy(kept[1])
 
-    def forget_shared_view(self, view: str) -> None:
-        """Drops the split `view` keeps for its other readers, if any (see `FlowReader._view`)."""
-        for key in [k for k in self.shared_views if k[0] == view]:
+    def forget_shared_views(self, view: str | None = None) -> None:
+        """Drops the split `view` keeps for its other readers, if any (see `FlowReader._view`);
+        every view's when `view` is None."""
+        for key in [k for k in self.shared_views if view is None or k[0] == view]:
             marked = self.shared_views.pop(key).marked
             if marked is not None:
                 marked.unpersist()
@@ -396,10 +397,7 @@ class LocalRunner:
                 self.log.flush()
                 raise
             finally:
-                for view in self.shared_views.values():  # a reader that did not run (failed, no input)
-                    if view.marked is not None:
-                        view.marked.unpersist()
-                self.shared_views.clear()
+                self.forget_shared_views()  # kept for a reader that did not run (failed, no input)
                 self._shared_reads.clear()
             self.result.seconds = time.monotonic() - started
             self.log.emit(
@@ -443,12 +441,8 @@ class LocalRunner:
             return [flow]
         partners = [
             other
-            for other in self.graph.flows.values()
-            if isinstance(other, AutoCdcFlow)
-            and other.source == flow.source
-            and other.name != flow.name
-            and other.name not in self._flows_run
-            and other.target not in self._running
+            for other in self.graph.auto_cdc_flows(flow.source)
+            if other.name != flow.name and other.name not in self._flows_run and other.target not in self._running
         ]
         return [flow, *partners]
 
