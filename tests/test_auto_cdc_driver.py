@@ -201,3 +201,22 @@ def test_a_batch_known_empty_is_not_read_and_only_records_progress(spark, tmp_pa
         assert store.txn_version("t", "t<-v") == store.txn_version(f"{STATE_DIR}/t", "t<-v") == 9
         store.drop("t")
         store.drop(f"{STATE_DIR}/t")
+
+
+def test_flows_making_the_same_events_of_a_batch_collect_them_once(spark, tmp_path):
+    """Gold's SCD1 and SCD2 flows read one view batch and make the same events of it: the
+    second takes what the first collected. A flow whose events differ collects its own."""
+    store = DeltaRsStore(tmp_path, spark)
+    batch = spark.createDataFrame([(1, "a", "b", 1, "U", None), (1, "c", "b", 2, "U", None)], SCHEMA)
+    collected: list = []
+    current, history = (dataclasses.replace(f, name=t, target=t) for f, t in ((FLOWS[0], "t"), (FLOWS[1], "h")))
+    for flow in (current, history):
+        applied = AutoCdcApplier(store, flow, {}, driver_rows=1000, collected_events=collected).apply(batch, {"x": 0})
+        assert applied.in_driver
+    assert len(collected) == 1 and collected[0][1].num_rows == 2
+    assert [r[:2] for r in _rows(store, "t")] == [(1, "c")]
+    assert sorted(r[:2] for r in _rows(store, "h")) == [(1, "a"), (1, "c")]
+    # Deletes spelled otherwise: other events, collected again.
+    other = dataclasses.replace(history, name="o", target="o", apply_as_deletes="op = 'X'")
+    AutoCdcApplier(store, other, {}, driver_rows=1000, collected_events=collected).apply(batch, {"x": 0})
+    assert len(collected) == 2

@@ -37,7 +37,7 @@ def test_valid_conf_is_typed(tmp_path):
     assert conf.sources[0].input.layout == "json-lines"
     assert conf.tables[0].columns == {"id": "int", "amount": "decimal(9,2)", "name": "string"}
     assert conf.tables[0].gold_name == "gold_t"
-    assert conf.driver_apply_max_rows == 100_000
+    assert conf.driver_apply_max_rows == 200_000
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,10 @@ import binascii
 import datetime as dt
 import decimal
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as default
+from functools import partial
 from typing import Any, ClassVar
 
 from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
@@ -65,7 +66,7 @@ CONNECT_TYPES = {
     "map": "string",
 }
 
-# Logical types -> Spark SQL types (value conversion in `_convert`).
+# Logical types -> Spark SQL types (value decoding in `_decoder`).
 LOGICAL_TYPES = {
     "io.debezium.time.Date": "date",
     "org.apache.kafka.connect.data.Date": "date",
@@ -94,7 +95,8 @@ DECIMAL = "org.apache.kafka.connect.data.Decimal"
 # `{"schema": S, "payload": P}` as Kafka Connect's JsonConverter writes it (JSON whitespace only).
 _ENVELOPE_HEAD = re.compile(rb'[ \t\r\n]*\{[ \t\r\n]*"schema"[ \t\r\n]*:')
 _PAYLOAD_KEY = re.compile(rb',[ \t\r\n]*"payload"[ \t\r\n]*:')
-_SCHEMAS_KEPT = 64  # distinct value schemas remembered per parser (one per table and version)
+Decoder = Callable[[Any], str | None]  # one column's JSON value -> canonical text
+_SCHEMAS_KEPT = 128  # distinct envelope schemas remembered per parser (a key's and a value's per table)
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,9 @@ class ValueSchema:
     fields: dict[str, Mapping[str, Any]] = default(default_factory=dict)
     types: dict[str, str] = default(default_factory=dict)
     source_types: dict[str, str] = default(default_factory=dict)
+    #: column -> (logical type, decoder) for the columns whose values need decoding; the rest
+    #: are plain JSON values, which `text_of` writes.
+    decoders: dict[str, tuple[str, Decoder]] = default(default_factory=dict)
 
     @classmethod
     def of(cls, schema: Any) -> ValueSchema:
@@ -112,7 +117,8 @@ class ValueSchema:
             return cls(None)
         fields = _value_fields(schema)
         types, source_types = _column_types(fields, None, None)
-        return cls(schema, fields, types, source_types)
+        decoders = {name: (str(f.get("name")), d) for name, f in fields.items() if (d := _decoder(f)) is not None}
+        return cls(schema, fields, types, source_types, decoders)
 
 
 @register_format
@@ -182,7 +188,7 @@ class DebeziumJson(Format):
 
     # --- events ---------------------------------------------------------------------------
     def _tombstone(self, message: BronzeMessage) -> Event:
-        key = _key_payload(message)
+        key = self._key_payload(message)
         return {
             "kind": KIND_TOMBSTONE,
             "source_table": self._table_from_topic(message),
@@ -223,8 +229,7 @@ class DebeziumJson(Format):
         table = source.get("table") or self.settings["table"] or self._table_from_topic(message)
         if not table:
             raise ParseError("payload.source.table", "missing, and no `table` option or topic to take it from")
-        fields = value_schema.fields
-        key = _key_payload(message)
+        key = self._key_payload(message)
         before_raw = payload.get("before")
         after_raw = payload.get("after")
         for name, image in (("before", before_raw), ("after", after_raw)):
@@ -245,12 +250,14 @@ class DebeziumJson(Format):
             flags.append("before_from_message_key")
         if op == OP_UPDATE and before_raw is None:
             flags.append("before_image_missing")
-        before = self._image(before_raw, fields, "payload.before")
-        after = self._image(after_raw, fields, "payload.after")
-        if fields:  # copies: events leave the parser, the schema's stay cached
-            types, source_types = dict(value_schema.types), dict(value_schema.source_types)
+        before = _image(before_raw, value_schema.decoders, "payload.before")
+        after = _image(after_raw, value_schema.decoders, "payload.after")
+        if value_schema.fields:
+            # The schema's own maps, shared by its events: nothing changes an event's maps
+            # once it is made, they are only read into Arrow (copying them cost 4 % of a parse).
+            types, source_types = value_schema.types, value_schema.source_types
         else:
-            types, source_types = _column_types(fields, before_raw, after_raw)
+            types, source_types = _column_types({}, before_raw, after_raw)
         changed = None
         if op == OP_UPDATE and before is not None and after is not None:
             if set(before) >= set(after):
@@ -279,15 +286,27 @@ class DebeziumJson(Format):
             "flags": flags or None,
         }
 
-    def _image(
-        self, image: Mapping[str, Any] | None, fields: Mapping[str, Mapping[str, Any]], where: str
-    ) -> dict[str, str | None] | None:
-        if image is None:
-            return None
-        return {name: _convert(value, fields.get(name), where, name) for name, value in image.items()}
-
     def _sequence(self, source: Mapping[str, Any], payload: Mapping[str, Any], message: BronzeMessage) -> str:
         return f"{_source_order(source, payload)}|{message.position}"
+
+    def _key_payload(self, message: BronzeMessage) -> dict[str, Any]:
+        """The Kafka message key's fields (Debezium key: the primary key), if it is JSON.
+
+        A key in the schema envelope is split like a value, its schema looked up by its text.
+        """
+        if not message.key:
+            return {}
+        enveloped = self._read_envelope(message.key)
+        if enveloped is not None:
+            key = enveloped[1]
+        else:
+            try:
+                key = loads(message.key)
+            except (ValueError, UnicodeDecodeError):
+                return {}
+            if isinstance(key, dict) and "payload" in key and isinstance(key["payload"], dict):
+                key = key["payload"]
+        return key if isinstance(key, dict) else {}
 
     def _table_from_topic(self, message: BronzeMessage) -> str | None:
         """Debezium topics are `prefix.schema.table`; the last segment names the table."""
@@ -305,19 +324,6 @@ def _str(value: Any) -> str | None:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _key_payload(message: BronzeMessage) -> dict[str, Any]:
-    """The Kafka message key's fields (Debezium key: the primary key), if it is JSON."""
-    if not message.key:
-        return {}
-    try:
-        key = loads(message.key)
-    except (ValueError, UnicodeDecodeError):
-        return {}
-    if isinstance(key, dict) and "payload" in key and isinstance(key["payload"], dict):
-        key = key["payload"]
-    return key if isinstance(key, dict) else {}
 
 
 def _value_fields(schema: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
@@ -366,42 +372,79 @@ def _spark_type(field: Mapping[str, Any]) -> str:
     return CONNECT_TYPES.get(str(field.get("type", "")).lower(), "string")
 
 
-def _convert(value: Any, field: Mapping[str, Any] | None, image: str, column: str) -> str | None:
-    """Canonical text of one value, decoding Debezium's logical-type encodings.
+def _image(
+    image: Mapping[str, Any] | None, decoders: Mapping[str, tuple[str, Decoder]], where: str
+) -> dict[str, str | None] | None:
+    """Canonical text of a row image's values, decoding Debezium's logical-type encodings.
 
-    Called for every value of every message: plain values return before the logical-type
-    tests, and the error's location is spelled only when there is an error.
+    Runs for every value of every message, so a plain value costs one lookup: the decoders
+    were chosen once per schema (`ValueSchema.decoders`), not per value.
     """
-    logical = field.get("name") if field is not None else None
-    if value is None or logical is None:
-        return text_of(value)
+    if image is None:
+        return None
+    if not decoders:
+        return {name: value if type(value) is str else text_of(value) for name, value in image.items()}
+    return {
+        name: (
+            _decoded(value, decoder, where, name)
+            if (decoder := decoders.get(name)) is not None and value is not None
+            else (value if type(value) is str else text_of(value))
+        )
+        for name, value in image.items()
+    }
+
+
+def _decoded(value: Any, decoder: tuple[str, Decoder], image: str, column: str) -> str | None:
+    logical, decode = decoder
     try:
-        if logical in ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"):
-            return (EPOCH_DATE + dt.timedelta(days=int(value))).isoformat()
-        if logical in ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time"):
-            return time_text(int(value) * 1000)
-        if logical == "io.debezium.time.MicroTime":
-            return time_text(int(value))
-        if logical == "io.debezium.time.NanoTime":
-            return time_text(int(value) // 1000)
-        if logical in ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp"):
-            return timestamp_text(EPOCH + dt.timedelta(milliseconds=int(value)))
-        if logical == "io.debezium.time.MicroTimestamp":
-            return timestamp_text(EPOCH + dt.timedelta(microseconds=int(value)))
-        if logical == "io.debezium.time.NanoTimestamp":
-            return timestamp_text(EPOCH + dt.timedelta(microseconds=int(value) // 1000))
-        if logical == "io.debezium.time.ZonedTimestamp":
-            return timestamp_text(dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")))
-        if logical == DECIMAL and isinstance(value, str):
-            scale = int((field.get("parameters") or {}).get("scale", 0))
-            return str(decimal_from_bytes(b64decode(value), scale))
-        if logical == "io.debezium.data.VariableScaleDecimal" and isinstance(value, dict):
-            return str(decimal_from_bytes(b64decode(value["value"]), int(value["scale"])))
-        if logical == "io.debezium.data.Bits" and str((field.get("parameters") or {}).get("length")) == "1":
-            return text_of(bool(b64decode(value)[0] & 1)) if isinstance(value, str) else text_of(value)
+        return decode(value)
     except (ValueError, TypeError, KeyError, IndexError, OverflowError, binascii.Error, decimal.InvalidOperation) as e:
         raise ParseError(f"{image}.{column}", f"cannot decode {value!r} as {logical}: {e}") from None
-    return text_of(value)
+
+
+def _decoder(field: Mapping[str, Any]) -> Decoder | None:
+    """How one column's non-null values become text, by its logical type; None: plain values."""
+    logical = field.get("name")
+    parameters = field.get("parameters") or {}
+    if logical in ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"):
+        return lambda value: (EPOCH_DATE + dt.timedelta(days=int(value))).isoformat()
+    if logical in ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time"):
+        return lambda value: time_text(int(value) * 1000)
+    if logical == "io.debezium.time.MicroTime":
+        return lambda value: time_text(int(value))
+    if logical == "io.debezium.time.NanoTime":
+        return lambda value: time_text(int(value) // 1000)
+    if logical in ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp"):
+        return lambda value: timestamp_text(EPOCH + dt.timedelta(milliseconds=int(value)))
+    if logical == "io.debezium.time.MicroTimestamp":
+        return lambda value: timestamp_text(EPOCH + dt.timedelta(microseconds=int(value)))
+    if logical == "io.debezium.time.NanoTimestamp":
+        return lambda value: timestamp_text(EPOCH + dt.timedelta(microseconds=int(value) // 1000))
+    if logical == "io.debezium.time.ZonedTimestamp":
+        return lambda value: timestamp_text(dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")))
+    if logical == DECIMAL:
+        return partial(_fixed_scale_decimal, scale=parameters.get("scale", 0))
+    if logical == "io.debezium.data.VariableScaleDecimal":
+        return _variable_scale_decimal
+    if logical == "io.debezium.data.Bits" and str(parameters.get("length")) == "1":
+        return _bit
+    return None
+
+
+def _fixed_scale_decimal(value: Any, scale: Any) -> str | None:
+    if not isinstance(value, str):  # decimal.handling.mode=double or string: the value as written
+        return text_of(value)
+    return str(decimal_from_bytes(b64decode(value), int(scale)))
+
+
+def _variable_scale_decimal(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return text_of(value)
+    return str(decimal_from_bytes(b64decode(value["value"]), int(value["scale"])))
+
+
+def _bit(value: Any) -> str | None:
+    return text_of(bool(b64decode(value)[0] & 1)) if isinstance(value, str) else text_of(value)
 
 
 def _event_ts(source: Mapping[str, Any], payload: Mapping[str, Any]) -> dt.datetime | None:

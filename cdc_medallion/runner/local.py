@@ -117,6 +117,9 @@ class SharedView:
     marked: DataFrame | None  # cached by Spark; None when the batch was split in the driver
     split: exp.Split
     readers: int  # flows still to read it
+    #: What its auto CDC flows collected of it, for a flow whose events are the same
+    #: (`AutoCdcApplier.collected_events`).
+    collected_events: list[tuple[DataFrame, pa.Table | None]] = field(default_factory=list)
 
 
 class FlowReader:
@@ -136,6 +139,7 @@ class FlowReader:
         self.persisted: list[DataFrame] = []  # views cached for this batch only
         self.empty: list[DataFrame] = []  # view batches their expectations' counts found without a valid row
         self.landed: tuple[DataFrame, pa.Table] | None = None  # landed rows, as served and as read
+        self.view: SharedView | None = None  # the last view batch served
 
     def _read_range(self, read: Range) -> None:
         for record in self.records:
@@ -290,6 +294,7 @@ class FlowReader:
                 del self.runner.shared_views[key]
                 if shared.marked is not None:
                     self.persisted.append(shared.marked)
+        self.view = shared
         split = shared.split
         if split.report.rows == split.report.quarantined + split.report.dropped:
             self.empty.append(split.valid)
@@ -594,7 +599,12 @@ class LocalRunner:
         properties = {**dataset.table_properties, "scd_type": str(flow.stored_as_scd_type)}
         limit = self.conf.driver_apply_max_rows
         applier = AutoCdcApplier(
-            self.store, flow, properties, driver_rows=limit, input_over_driver_rows=not reader.small(limit)
+            self.store,
+            flow,
+            properties,
+            driver_rows=limit,
+            input_over_driver_rows=not reader.small(limit),
+            collected_events=None if reader.view is None else reader.view.collected_events,
         )
         applied = applier.apply(batch, reader.txns, known_empty=reader.known_empty(batch))
         result.batches += 1
