@@ -220,3 +220,24 @@ def test_flows_making_the_same_events_of_a_batch_collect_them_once(spark, tmp_pa
     other = dataclasses.replace(history, name="o", target="o", apply_as_deletes="op = 'X'")
     AutoCdcApplier(store, other, {}, driver_rows=1000, collected_events=collected).apply(batch, {"x": 0})
     assert len(collected) == 2
+
+
+def test_scd2_reads_only_the_versions_new_events_can_change(spark, tmp_path):
+    """A key's versions that ended before its earliest new event are not read: a long history
+    leaves a batch of its latest changes in the driver, and late events, a partial image and a
+    comeback after a delete still give the Spark rebuild's tables."""
+    flow = FLOWS[1]
+    history = [(1, f"n{i}", "c", 10 * i, "U", None) for i in range(1, 31)]  # 30 versions of key 1
+    history += [(2, "a", "x", 5, "U", None), (2, None, None, 6, "D", None), (2, "b", "y", 7, "U", None)]
+    late = [
+        (1, "late", None, 155, "U", ["id", "name"]),  # inside version 15, city taken from it
+        (2, "c", None, 8, "U", ["id", "name"]),  # after the comeback at 7
+        (1, "n31", "c", 310, "U", None),
+    ]
+    store, _ = _apply_both(spark, tmp_path, flow, [history, late], SCHEMA)
+    assert ("late", "c") in [r[1:3] for r in _rows(store, "t")]
+    newest = [(1, "n32", "c", 320, "U", None)]  # two stored versions are open at 320 or later
+    applied = AutoCdcApplier(store, flow, {}, driver_rows=4).apply(spark.createDataFrame(newest, SCHEMA), {"t<-v": 2})
+    assert applied.in_driver
+    versions = [r for r in _rows(store, "t") if r[0] == 1]
+    assert len(versions) == 33 and sum(r[-1] is None for r in versions) == 1

@@ -181,7 +181,11 @@ class AutoCdcApplier:
             return None  # Spark groups NULL keys but never joins them: left to its exact rules
         batch_keys = rows.select(keys).group_by(keys).aggregate([])
         everything = len(new_truncates) > 0  # a new truncate touches every key of the table
-        stored = self._stored_rows(batch_keys, everything=everything)
+        since = None
+        if self.flow.stored_as_scd_type == 2 and not everything:
+            earliest = rows.group_by(keys).aggregate([(SEQ, "min")])
+            since = pa.table({**{k: earliest.column(k) for k in keys}, driver.SINCE: earliest.column(f"{SEQ}_min")})
+        stored = self._stored_rows(batch_keys, everything=everything, since=since)
         if stored is None or stored.num_rows + rows.num_rows > self.driver_rows:
             return None
         affected = batch_keys
@@ -257,9 +261,10 @@ class AutoCdcApplier:
         events = events.append_column(ARRIVAL, pa.array(range(events.num_rows), pa.int64()))
         return driver.fill_absent(driver.in_history_order(events, keys), keys, columns)
 
-    def _stored_rows(self, batch_keys: pa.Table, *, everything: bool) -> pa.Table | None:
+    def _stored_rows(self, batch_keys: pa.Table, *, everything: bool, since: pa.Table | None = None) -> pa.Table | None:
         """The target's rows of the batch's keys (all of them after a truncate), read by delta-rs
-        in the target's Spark schema; None when there are too many or a stored key is NULL."""
+        in the target's Spark schema; None when there are too many or a stored key is NULL.
+        With `since` (SCD2), only the versions a key's new events can change (`open_since`)."""
         keys = list(self.flow.keys)
         table = self.store.table(self.flow.target)
         if everything and table.count() > self.driver_rows:
@@ -275,14 +280,15 @@ class AutoCdcApplier:
         parts, kept = [target.empty_table()], 0
         for batch in data.to_batches():
             part = pa.Table.from_batches([batch], schema=target)
-            parts.append(part if wanted is None else part.filter(wanted))
+            part = part if wanted is None else part.filter(wanted)
+            parts.append(part if since is None else driver.open_since(part, keys, since))
             kept += parts[-1].num_rows
             if kept > self.driver_rows:
                 return None
         found = pa.concat_tables(parts)
         if any(found.column(k).null_count for k in keys):
             return None
-        if everything or len(keys) == 1:  # one key: the filter was exact
+        if everything or len(keys) == 1 or since is not None:  # the filters were exact
             return found
         return driver.with_keys_among(found, keys, batch_keys)
 

@@ -31,6 +31,8 @@ import pyarrow.compute as pc
 
 from cdc_medallion.runner.event_columns import ACTION, ARRIVAL, DELETE, END_AT, OLD_END, ORIGIN, PRESENT, SEQ, START_AT
 
+SINCE = "__since"  # a key's earliest new sequence (`open_since`)
+
 # Sequence types Arrow orders exactly as Spark does (strings: UTF-8 byte order).
 _ORDERED = (
     pa.types.is_string,
@@ -68,6 +70,32 @@ def with_keys_among(table: pa.Table, keys: Sequence[str], wanted: pa.Table) -> p
     matched = rows.join(wanted.select(list(keys)).cast(key_schema), list(keys), join_type="left semi")
     numbers = matched.column("__row")
     return table.take(numbers.take(pc.sort_indices(numbers)))  # in `table`'s order
+
+
+def open_since(versions: pa.Table, keys: Sequence[str], since: pa.Table) -> pa.Table:
+    """The stored versions of `since`'s keys that had not ended before the key's earliest new
+    event (`since`: keys and SINCE). Earlier ones cannot change: every new event falls after
+    them, and what a new event takes from its key's past (absent columns, whether it comes back
+    after a delete) it takes from the version it falls in or the delete before it, which this
+    keeps. Reading only these, a batch costs what its keys' recent history holds, not all of
+    it: a key updated in every batch gains a version a batch."""
+    rows = pa.table(
+        {
+            **{k: versions.column(k) for k in keys},
+            "__row": pa.array(range(versions.num_rows), pa.int64()),
+            "__end": versions.column(END_AT),
+        }
+    )
+    key_schema = pa.schema([versions.schema.field(k) for k in keys])
+    since = since.select([*keys, SINCE]).cast(
+        pa.schema([*key_schema, pa.field(SINCE, versions.schema.field(END_AT).type)])
+    )
+    joined = rows.join(since, list(keys), join_type="inner")
+    still_open = pc.or_kleene(
+        pc.is_null(joined.column("__end")), pc.greater_equal(joined.column("__end"), joined.column(SINCE))
+    )
+    numbers = joined.column("__row").filter(pc.fill_null(still_open, True))
+    return versions.take(numbers.take(pc.sort_indices(numbers)))  # in `versions`' order
 
 
 def in_history_order(events: pa.Table, keys: Sequence[str]) -> pa.Table:
