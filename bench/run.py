@@ -227,6 +227,7 @@ def incremental(spark, sampler, args) -> dict[str, Any]:
             "load_s": round(load.seconds, 2),
             "increment_s": round(run.seconds, 2),
             "increment_stages_s": {k: round(v, 2) for k, v in run.stages.items()},
+            "load_memory": load.memory,
             "memory": run.memory,
         }
         say(f"  load {load.seconds:.1f}s; increment {run.seconds:.1f}s (gold {run.stages['gold']:.1f}s)")
