@@ -30,7 +30,7 @@ def sample_sources() -> dict[str, tuple[dict, list[bytes]]]:
         if source.format in found or source.input is None:
             continue
         batch = FileLanding(source, max_messages=40).next_batch(lambda _app: None)
-        found[source.format] = (dict(source.options), [r["value"] for r in batch.rows if r["value"]])
+        found[source.format] = (dict(source.options), [v for v in batch.to_arrow().column("value").to_pylist() if v])
     return found
 
 

@@ -12,9 +12,9 @@ def land_all(source: SourceConf, max_messages: int, max_bytes: int) -> list[list
     batches = []
     while True:
         batch = FileLanding(source, max_messages, max_bytes).next_batch(committed.get)
-        if not batch.rows:
+        if not batch.messages:
             return batches
-        batches.append([r["value"] for r in batch.rows])
+        batches.append(batch.to_arrow().column("value").to_pylist())
         committed.update(batch.txns)  # what the bronze commit records with the rows
 
 

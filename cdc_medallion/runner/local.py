@@ -241,11 +241,11 @@ class FlowReader:
         self.txns.update(batch.txns)
         self.more = self.more or batch.more
         self.bytes_read += batch.bytes_read
-        self._count_read(len(batch.rows))
-        if batch.rows:
+        self._count_read(batch.messages)
+        if batch.messages:
             self.has_new = True
         self._read_snapshot()  # landed input is named by file offsets, not table versions
-        if not batch.rows:
+        if not batch.messages:
             return self.runner.spark.createDataFrame([], schema=BRONZE_SCHEMA)
         landed = batch.to_arrow()
         served = self.runner.store.stage(landed, BRONZE_SCHEMA)

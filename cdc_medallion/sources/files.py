@@ -1,43 +1,54 @@
 """Local bronze landing from files, byte-exact and incremental.
 
 Three layouts: `json-lines` (one message per line), `kafka-dump` (one JSON object per line
-with topic/partition/offset/timestamp/key/value or value_base64/headers) and `files` (one
-message per file). How far each file has been landed is recorded as app transactions in the
-same commit as the rows (bytes and lines consumed), so a re-run resumes exactly there.
+with topic/partition/offset/timestamp/key/value or value_base64/headers; `kafka_dump.py`) and
+`files` (one message per file). How far each file has been landed is recorded as app
+transactions in the same commit as the rows (bytes and lines consumed), so a re-run resumes
+exactly there.
+
+A batch's lines are read as one block and cut at its newlines, and its columns built as Arrow
+arrays: a Python dict per message, turned into Arrow by `from_pylist`, cost about 10 µs a
+message, more than reading it.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
 import hashlib
-import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
+import numpy as np
 import pyarrow as pa
 
 from cdc_medallion.config import DEFAULT_MAX_BYTES_PER_BATCH, SourceConf
 from cdc_medallion.model import BRONZE_SCHEMA
+from cdc_medallion.sources.kafka_dump import KAFKA_COLUMNS, unpack_lines
 from cdc_medallion.storage.delta_rs import arrow_schema
 
 Committed = Callable[[str], int | None]
+BRONZE_ARROW = arrow_schema(BRONZE_SCHEMA)
+_FIRST_READ = 1 << 20  # a block is read in growing pieces, so a small batch reads little
 
 
 @dataclass
 class LandingBatch:
     """New messages plus the progress to commit with them."""
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    tables: list[pa.Table] = field(default_factory=list)
     txns: dict[str, int] = field(default_factory=dict)
     more: bool = False
     bytes_read: int = 0
+    messages: int = 0
+
+    def add(self, table: pa.Table) -> None:
+        self.tables.append(table)
+        self.messages += table.num_rows
 
     def to_arrow(self) -> pa.Table:
-        return pa.Table.from_pylist(self.rows, schema=arrow_schema(BRONZE_SCHEMA))
+        return pa.concat_tables(self.tables) if self.tables else BRONZE_ARROW.empty_table()
 
 
 def _file_id(path: Path) -> str:
@@ -71,7 +82,7 @@ class FileLanding:
         batch = LandingBatch()
         now = dt.datetime.now(dt.UTC)
         for path in self.files():
-            if len(batch.rows) >= self.max_messages or batch.bytes_read >= self.max_bytes:
+            if batch.messages >= self.max_messages or batch.bytes_read >= self.max_bytes:
                 batch.more = True
                 break
             bytes_id, lines_id = self.app_ids(path)
@@ -81,117 +92,81 @@ class FileLanding:
             if self.input.layout == "files":
                 if start > 0:
                     continue
-                batch.rows.append(self._row(path.read_bytes(), path, 0, now))
+                batch.add(self._table([path.read_bytes()], b"", path, 0, now))
                 batch.txns[bytes_id] = max(size, 1)
                 batch.txns[lines_id] = 1
                 batch.bytes_read += size
                 continue
             if start >= size:
                 continue
-            end, line = self._read_lines(path, start, line, now, batch)
+            with path.open("rb") as handle:
+                handle.seek(start)
+                block = _read_block(handle, self.max_bytes - batch.bytes_read, self.max_messages - batch.messages)
+            messages = _messages(block)
+            batch.add(self._table(messages, block, path, line, now))
+            end = start + len(block)
             batch.txns[bytes_id] = end
-            batch.txns[lines_id] = line
-            batch.bytes_read += end - start
+            batch.txns[lines_id] = line + len(messages)
+            batch.bytes_read += len(block)
             if end < size:
                 batch.more = True
         return batch
 
-    def _read_lines(self, path: Path, start: int, line: int, now: dt.datetime, batch: LandingBatch) -> tuple[int, int]:
-        position = start
-        with path.open("rb") as handle:
-            handle.seek(start)
-            for raw in _lines(handle):
-                position += len(raw)
-                message = raw[:-1] if raw.endswith(b"\n") else raw
-                batch.rows.append(self._row(message, path, line, now))
-                line += 1
-                if len(batch.rows) >= self.max_messages or batch.bytes_read + position - start >= self.max_bytes:
-                    break
-        return position, line
-
-    def _row(self, raw: bytes, path: Path, line: int, now: dt.datetime) -> dict[str, Any]:
-        row: dict[str, Any] = {
-            "key": None,
-            "value": raw,
-            "topic": self.source.topic,
-            "partition": None,
-            "offset": None,
-            "timestamp": None,
-            "headers": None,
-            "_source": self.source.name,
-            "_file": str(path),
-            "_line": line,
-            "_ingest_ts": now,
-            "_landing_error": None,
-        }
+    def _table(self, messages: list[bytes], block: bytes, path: Path, first_line: int, now: dt.datetime) -> pa.Table:
+        count = len(messages)
         if self.input.layout == "kafka-dump":
-            _fill_from_dump(row, raw)
-        return row
-
-
-def _lines(handle: Any) -> Iterator[bytes]:
-    """Lines including their b'\\n'; a final line without one is still a message."""
-    yield from iter(handle.readline, b"")
-
-
-def _fill_from_dump(row: dict[str, Any], raw: bytes) -> None:
-    """Unpack a Kafka-dump line; if it cannot be unpacked, keep the raw line and say why."""
-    try:
-        record = json.loads(raw)
-        if not isinstance(record, dict):
-            raise ValueError(f"expected a JSON object, got {type(record).__name__}")
-        if "value" not in record and "value_base64" not in record:
-            keys = ", ".join(sorted(record)[:8]) or "none"
-            raise ValueError(f"not a Kafka record: no 'value' or 'value_base64' (keys: {keys})")
-        if "value_base64" in record and record["value_base64"] is not None:
-            value = base64.b64decode(record["value_base64"], validate=True)
-        elif record.get("value") is None:
-            value = None
-        elif isinstance(record["value"], str):
-            value = record["value"].encode("utf-8")
-        else:  # a JSON value written inline: keep its JSON text
-            value = json.dumps(record["value"], separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        key = record.get("key")
-        if record.get("key_base64") is not None:
-            key_bytes = base64.b64decode(record["key_base64"], validate=True)
-        elif key is None:
-            key_bytes = None
-        elif isinstance(key, str):
-            key_bytes = key.encode("utf-8")
+            kafka = unpack_lines(messages, block, self.source.topic)
         else:
-            key_bytes = json.dumps(key, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        timestamp = record.get("timestamp")
-        row.update(
-            key=key_bytes,
-            value=value,
-            topic=record.get("topic", row["topic"]),
-            partition=_int_or_none(record.get("partition"), "partition"),
-            offset=_int_or_none(record.get("offset"), "offset"),
-            timestamp=None if timestamp is None else dt.datetime.fromtimestamp(int(timestamp) / 1000, tz=dt.UTC),
-            headers=_headers(record.get("headers")),
+            kafka = _raw_messages(messages, self.source.topic)
+        columns = {
+            "_source": pa.repeat(pa.scalar(self.source.name, pa.string()), count),
+            "_file": pa.repeat(pa.scalar(str(path), pa.string()), count),
+            "_line": pa.array(np.arange(first_line, first_line + count, dtype=np.int64)),
+            "_ingest_ts": pa.repeat(pa.scalar(now, BRONZE_ARROW.field("_ingest_ts").type), count),
+        }
+        return pa.Table.from_arrays(
+            [columns[name] if name in columns else kafka.column(name) for name in BRONZE_ARROW.names],
+            schema=BRONZE_ARROW,
         )
-    except (ValueError, TypeError, OverflowError, binascii.Error, UnicodeDecodeError) as error:
-        row["_landing_error"] = f"kafka-dump line cannot be unpacked: {error}"
 
 
-def _int_or_none(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    return value
+def _read_block(handle: BinaryIO, max_bytes: int, max_messages: int) -> bytes:
+    """The next whole lines: up to `max_messages`, and up to the first that reaches `max_bytes`
+    (so one line bigger than the budget still lands). A final line without a newline is one."""
+    pieces: list[bytes] = []
+    size = newlines = 0
+    step = _FIRST_READ
+    while size < max_bytes and newlines < max_messages:
+        piece = handle.read(min(step, max_bytes - size))
+        if not piece:
+            break
+        pieces.append(piece)
+        size += len(piece)
+        newlines += piece.count(b"\n")
+        step *= 2
+    block = b"".join(pieces)
+    if newlines >= max_messages:
+        end = -1
+        for _ in range(max_messages):
+            end = block.index(b"\n", end + 1)
+        return block[: end + 1]
+    if size >= max_bytes and not block.endswith(b"\n"):
+        block += handle.readline()  # the line that crosses the budget
+    return block
 
 
-def _headers(value: Any) -> list[dict[str, Any]] | None:
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        items = list(value.items())
-    elif isinstance(value, list):
-        items = [(h.get("key"), h.get("value")) for h in value]
-    else:
-        raise ValueError(f"headers must be an object or an array, got {type(value).__name__}")
-    return [
-        {"key": str(k), "value": None if v is None else (v if isinstance(v, str) else json.dumps(v)).encode("utf-8")}
-        for k, v in items
-    ]
+def _messages(block: bytes) -> list[bytes]:
+    """A block's lines without their b'\\n' (a b'\\r' before it is part of the message)."""
+    messages = block.split(b"\n")
+    if not messages[-1]:
+        messages.pop()
+    return messages
+
+
+def _raw_messages(messages: list[bytes], topic: str | None) -> pa.Table:
+    """Messages landed as they are: the value is the message's bytes, Kafka's other columns empty."""
+    count = len(messages)
+    columns = {name: pa.nulls(count, KAFKA_COLUMNS.field(name).type) for name in KAFKA_COLUMNS.names}
+    columns["value"] = pa.array(messages, pa.binary())
+    columns["topic"] = pa.repeat(pa.scalar(topic, pa.string()), count)
+    return pa.table(columns, schema=KAFKA_COLUMNS)
