@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DoubleType, IntegerType, StringType, StructField, StructType
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
-from cdc_medallion.runner.auto_cdc import AutoCdcApplier
+from cdc_medallion.runner.auto_cdc import DRIVER_SCAN_FACTOR, AutoCdcApplier
 from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore
 
 SCHEMA = StructType(
@@ -241,3 +241,19 @@ def test_scd2_reads_only_the_versions_new_events_can_change(spark, tmp_path):
     assert applied.in_driver
     versions = [r for r in _rows(store, "t") if r[0] == 1]
     assert len(versions) == 33 and sum(r[-1] is None for r in versions) == 1
+
+
+def test_a_batch_whose_keys_span_a_big_target_is_left_to_spark(spark, tmp_path):
+    """Finding a batch's stored rows means scanning the target's files within its key range; past
+    DRIVER_SCAN_FACTOR times the limit that scan is Spark's, though the rows found would be few."""
+    store = DeltaRsStore(tmp_path, spark)
+    flow = FLOWS[0]
+    loaded = spark.createDataFrame([(i, "a", "b", i, "U", None) for i in range(60)], SCHEMA)
+    AutoCdcApplier(store, flow, {}, driver_rows=1000).apply(loaded, {"t<-v": 0})
+    ends = spark.createDataFrame([(0, "z", "b", 100, "U", None), (59, "z", "b", 101, "U", None)], SCHEMA)
+    assert DRIVER_SCAN_FACTOR * 5 < 60
+    assert not AutoCdcApplier(store, flow, {}, driver_rows=5).apply(ends, {"t<-v": 1}).in_driver
+    assert [r[:2] for r in _rows(store, "t") if r[1] == "z"] == [(0, "z"), (59, "z")]
+    again = spark.createDataFrame([(0, "y", "b", 102, "U", None), (59, "y", "b", 103, "U", None)], SCHEMA)
+    assert AutoCdcApplier(store, flow, {}, driver_rows=6).apply(again, {"t<-v": 2}).in_driver  # 60 <= 10 x 6
+    assert [r[:2] for r in _rows(store, "t") if r[1] == "y"] == [(0, "y"), (59, "y")]
