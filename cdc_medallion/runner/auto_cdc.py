@@ -283,8 +283,8 @@ class AutoCdcApplier:
         # so a small batch into a big target does not read the whole target.
         pruning = None if everything else within_source_keys(ds.dataset(batch_keys), keys, alias=None)
         data = table.to_pyarrow_dataset(schema=target, file_pruning_predicate=pruning)
-        if data.count_rows() > DRIVER_SCAN_FACTOR * self.driver_rows:  # from the files' footers
-            return None
+        if not everything and data.count_rows() > DRIVER_SCAN_FACTOR * self.driver_rows:  # files' footers
+            return None  # (a truncate's whole table was counted above)
         wanted = None if everything else driver.key_filter(batch_keys, keys)
         parts, kept = [target.empty_table()], 0
         for batch in data.to_batches():

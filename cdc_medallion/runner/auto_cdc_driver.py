@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from cdc_medallion.runner.event_columns import ACTION, ARRIVAL, DELETE, END_AT, OLD_END, ORIGIN, PRESENT, SEQ, START_AT
 
 SINCE = "__since"  # a key's earliest new sequence (`open_since`)
+_ROW = "__row"  # a row number carried through an Arrow join
 
 # Sequence types Arrow orders exactly as Spark does (strings: UTF-8 byte order).
 _ORDERED = (
@@ -63,13 +64,10 @@ def key_filter(batch_keys: pa.Table, keys: Sequence[str]) -> pc.Expression:
 
 
 def with_keys_among(table: pa.Table, keys: Sequence[str], wanted: pa.Table) -> pa.Table:
-    """`table`'s rows whose key is one of `wanted`'s rows. Joined on the keys and a row number
-    alone: Arrow's joins refuse nested columns (lists, structs, maps) beside the keys."""
-    key_schema = pa.schema([table.schema.field(k) for k in keys])
-    rows = pa.table({**{k: table.column(k) for k in keys}, "__row": pa.array(range(table.num_rows), pa.int64())})
-    matched = rows.join(wanted.select(list(keys)).cast(key_schema), list(keys), join_type="left semi")
-    numbers = matched.column("__row")
-    return table.take(numbers.take(pc.sort_indices(numbers)))  # in `table`'s order
+    """`table`'s rows whose key is one of `wanted`'s rows."""
+    wanted_keys = wanted.select(list(keys)).cast(_key_schema(table, keys))
+    matched = _numbered(table, keys).join(wanted_keys, list(keys), join_type="left semi")
+    return _rows_in_order(table, matched.column(_ROW))
 
 
 def open_since(versions: pa.Table, keys: Sequence[str], since: pa.Table) -> pa.Table:
@@ -79,23 +77,29 @@ def open_since(versions: pa.Table, keys: Sequence[str], since: pa.Table) -> pa.T
     after a delete) it takes from the version it falls in or the delete before it, which this
     keeps. Reading only these, a batch costs what its keys' recent history holds, not all of
     it: a key updated in every batch gains a version a batch."""
-    rows = pa.table(
-        {
-            **{k: versions.column(k) for k in keys},
-            "__row": pa.array(range(versions.num_rows), pa.int64()),
-            "__end": versions.column(END_AT),
-        }
-    )
-    key_schema = pa.schema([versions.schema.field(k) for k in keys])
     since = since.select([*keys, SINCE]).cast(
-        pa.schema([*key_schema, pa.field(SINCE, versions.schema.field(END_AT).type)])
+        pa.schema([*_key_schema(versions, keys), pa.field(SINCE, versions.schema.field(END_AT).type)])
     )
-    joined = rows.join(since, list(keys), join_type="inner")
-    still_open = pc.or_kleene(
-        pc.is_null(joined.column("__end")), pc.greater_equal(joined.column("__end"), joined.column(SINCE))
-    )
-    numbers = joined.column("__row").filter(pc.fill_null(still_open, True))
-    return versions.take(numbers.take(pc.sort_indices(numbers)))  # in `versions`' order
+    joined = _numbered(versions, keys, END_AT).join(since, list(keys), join_type="inner")
+    ends = joined.column(END_AT)
+    still_open = pc.or_kleene(pc.is_null(ends), pc.greater_equal(ends, joined.column(SINCE)))
+    return _rows_in_order(versions, joined.column(_ROW).filter(pc.fill_null(still_open, True)))
+
+
+def _numbered(table: pa.Table, keys: Sequence[str], *carried: str) -> pa.Table:
+    """`table`'s keys, a row number and the `carried` columns: all a join needs, since Arrow's
+    joins refuse nested columns (lists, structs, maps) beside the keys."""
+    columns = {name: table.column(name) for name in [*keys, *carried]}
+    return pa.table({**columns, _ROW: pa.array(range(table.num_rows), pa.int64())})
+
+
+def _rows_in_order(table: pa.Table, numbers: pa.ChunkedArray) -> pa.Table:
+    """The numbered rows of `table`, in `table`'s order (a join's output is in no order)."""
+    return table.take(numbers.take(pc.sort_indices(numbers)))
+
+
+def _key_schema(table: pa.Table, keys: Sequence[str]) -> pa.Schema:
+    return pa.schema([table.schema.field(k) for k in keys])
 
 
 def in_history_order(events: pa.Table, keys: Sequence[str]) -> pa.Table:

@@ -83,8 +83,8 @@ def unpack_line(raw: bytes, topic: str | None) -> dict[str, Any]:
             headers=_headers(record.get("headers")),
         )
     except (ValueError, TypeError, OverflowError, binascii.Error) as error:
-        row.update({name: None for name in KAFKA_COLUMNS.names}, value=raw, topic=topic)
-        row["_landing_error"] = f"kafka-dump line cannot be unpacked: {error}"
+        # `row.update` above had not run (its arguments failed), so only the raw line goes in.
+        row.update(value=raw, _landing_error=f"kafka-dump line cannot be unpacked: {error}")
     return row
 
 
