@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DoubleType, IntegerType, StringType, StructField, StructType
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
-from cdc_medallion.runner.auto_cdc import DRIVER_SCAN_FACTOR, AutoCdcApplier
+from cdc_medallion.runner.auto_cdc import DRIVER_SCAN_FACTOR, AutoCdcApplier, driver_may_apply
 from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore
 
 SCHEMA = StructType(
@@ -257,3 +257,18 @@ def test_a_batch_whose_keys_span_a_big_target_is_left_to_spark(spark, tmp_path):
     again = spark.createDataFrame([(0, "y", "b", 102, "U", None), (59, "y", "b", 103, "U", None)], SCHEMA)
     assert AutoCdcApplier(store, flow, {}, driver_rows=6).apply(again, {"t<-v": 2}).in_driver  # 60 <= 10 x 6
     assert [r[:2] for r in _rows(store, "t") if r[1] == "y"] == [(0, "y"), (59, "y")]
+
+
+def test_whether_a_batch_tries_the_driver_is_known_before_it_is_collected(spark, tmp_path):
+    """From the target's row count in its log: past DRIVER_SCAN_FACTOR times the limit a batch
+    goes to Spark from the start, unless it has at most limit / DRIVER_SCAN_FACTOR rows."""
+    store = DeltaRsStore(tmp_path, spark)
+    loaded = spark.createDataFrame([(i, "a", "b", i, "U", None) for i in range(600)], SCHEMA)
+    AutoCdcApplier(store, FLOWS[0], {}, driver_rows=0).apply(loaded, {"t<-v": 0})
+    assert DRIVER_SCAN_FACTOR == 10  # the numbers below are chosen around it
+    assert not driver_may_apply(store, "t", 6, 50)  # 600 rows > 10 x 50, and 6 rows > 50 / 10
+    assert not driver_may_apply(store, "t", None, 50)  # new rows unknown: the target decides
+    assert driver_may_apply(store, "t", 5, 50)  # a batch of 50 / 10 rows is still tried
+    assert driver_may_apply(store, "t", 10**6, 60)  # 600 rows <= 10 x 60: the driver may scan it
+    assert driver_may_apply(store, "absent", 10**6, 1)  # no target yet: nothing to scan
+    assert not driver_may_apply(store, "t", 0, 0)  # a limit of 0 means always Spark

@@ -56,6 +56,25 @@ BROADCAST_KEYS = 2_000_000  # batches are bounded by rows and bytes, so their ke
 DRIVER_SCAN_FACTOR = 10
 
 
+def driver_may_apply(store: DeltaRsStore, target: str, new_rows: int | None, limit: int) -> bool:
+    """Whether a batch of `new_rows` into `target` is tried in the driver, decided before its
+    view batch is collected or split.
+
+    Past `DRIVER_SCAN_FACTOR` times the limit, `_stored_rows` mostly leaves a batch to Spark
+    (random keys span every file), and learning that late costs twice: the events were
+    collected for nothing, and the view was split in the driver, so Spark rebuilds from a local
+    relation instead of a cached scan. At 1M rows, forcing that route cost gold 26.9 s against
+    19.5 s for Spark from the start. A batch of at most limit / DRIVER_SCAN_FACTOR rows is
+    still tried whatever the target's size: it is cheap to collect, and keys that cluster (new
+    ids appended) prune the scan to a few files.
+    """
+    if limit <= 0:
+        return False
+    if new_rows is not None and new_rows <= limit // DRIVER_SCAN_FACTOR:
+        return True
+    return store.count(target) <= DRIVER_SCAN_FACTOR * limit  # from the Delta log's statistics
+
+
 @dataclass
 class ApplyResult:
     upserted: int = 0

@@ -30,7 +30,7 @@ from cdc_medallion.declarative.runtime import reading_with
 from cdc_medallion.errors import CdcMedallionError, ConcurrentRunError, GraphError
 from cdc_medallion.model import BRONZE_SCHEMA
 from cdc_medallion.runner import expectations as exp
-from cdc_medallion.runner.auto_cdc import AutoCdcApplier
+from cdc_medallion.runner.auto_cdc import AutoCdcApplier, driver_may_apply
 from cdc_medallion.runner.event_log import EventLog
 from cdc_medallion.runner.graph import Graph, load_graph
 from cdc_medallion.runner.small_batch import collect_small
@@ -306,8 +306,13 @@ class FlowReader:
     def _split_view_in_driver(self, marked: DataFrame, dataset: Dataset) -> exp.Split | None:
         """A small view batch collected once and split with Arrow; its rows go on as a local
         DataFrame, so its readers' collects cost a tenth of a second instead of re-reading a
-        cache (see `small_batch.py`). None: too big, left to Spark."""
-        collected = self.collect_if_small(marked, self.runner.conf.driver_apply_max_rows)
+        cache (see `small_batch.py`). None: too big, or read by a flow whose batch goes to Spark
+        (`driver_may_apply`), which reads a cached scan faster than a local relation."""
+        limit, store = self.runner.conf.driver_apply_max_rows, self.runner.store
+        readers = self.runner.graph.auto_cdc_flows(dataset.name)
+        if not all(driver_may_apply(store, flow.target, self.rows_read, limit) for flow in readers):
+            return None
+        collected = self.collect_if_small(marked, limit)
         if collected is None:
             return None
         split = exp.split_arrow(collected, dataset.expectations, dataset.name)
@@ -602,7 +607,7 @@ class LocalRunner:
             self.store,
             flow,
             properties,
-            driver_rows=limit,
+            driver_rows=limit if driver_may_apply(self.store, flow.target, reader.rows_read, limit) else 0,
             input_over_driver_rows=not reader.small(limit),
             collected_events=None if reader.view is None else reader.view.collected_events,
         )
