@@ -93,53 +93,79 @@ def _row(cells: list) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def chart(results: dict[str, Any], path: Path) -> None:
+def chart(results: dict[str, Any], path: Path) -> bool:
+    """One panel per part that has something to draw; False, and no file, when none has."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    formats = results.get("formats", {})
-    panels = 1 + bool(results.get("growth"))
-    figure, axes = plt.subplots(1, panels, figsize=(7 * panels, 4.8), squeeze=False)
-    if formats:
-        ax = axes[0][0]
-        names = list(formats)
-        series = {
-            "ours, end to end": [r["messages_per_s_end_to_end"] for r in formats.values()],
-            "ours, silver parse": [r["messages"] / max(r["silver_parse_s"], 1e-9) for r in formats.values()],
-            "Spark from_json → parquet": [
-                r["messages"] / max(r["floors_s"]["from_json_parquet"], 1e-9) for r in formats.values()
-            ],
-            "Spark from_json → noop": [
-                r["messages"] / max(r["floors_s"]["from_json_noop"], 1e-9) for r in formats.values()
-            ],
-        }
-        width = 0.2
-        for index, (label, values) in enumerate(series.items()):
-            ax.bar([i + (index - 1.5) * width for i in range(len(names))], values, width, label=label)
-        ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
-        ax.set_ylabel("messages / s")
-        ax.set_yscale("log")
-        n = results.get("carried_from", {}).get("formats", {}).get("n", results["n"])
-        ax.set_title(f"Per format, {n:,} changes")
-        ax.legend(fontsize=7)
-    if results.get("growth"):
-        ax = axes[0][panels - 1]
-        sizes = sorted(results["growth"], key=int)
-        ax.plot(
-            [int(s) for s in sizes], [results["growth"][s]["events_per_s"] for s in sizes], "o-", label="end to end"
-        )
-        ax.set_xscale("log")
-        ax.set_xlabel("changes in the run (Debezium JSON)")
-        ax.set_ylabel("events / s")
-        ax.set_title("Growth")
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=7)
+    panels = [draw for part, draw in _PANELS.items() if results.get(part)]
+    if not panels:
+        return False
+    figure, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.8), squeeze=False)
+    for ax, draw in zip(axes[0], panels, strict=True):
+        draw(ax, results)
     figure.suptitle(f"cdc-medallion bench, {results['date']}, {results['machine']['cpus']} cores")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+    return True
+
+
+def _formats_panel(ax, results: dict[str, Any]) -> None:
+    formats = results["formats"]
+    names = list(formats)
+    series = {
+        "ours, end to end": [r["messages_per_s_end_to_end"] for r in formats.values()],
+        "ours, silver parse": [r["messages"] / max(r["silver_parse_s"], 1e-9) for r in formats.values()],
+        "Spark from_json → parquet": [
+            r["messages"] / max(r["floors_s"]["from_json_parquet"], 1e-9) for r in formats.values()
+        ],
+        "Spark from_json → noop": [
+            r["messages"] / max(r["floors_s"]["from_json_noop"], 1e-9) for r in formats.values()
+        ],
+    }
+    width = 0.2
+    for index, (label, values) in enumerate(series.items()):
+        ax.bar([i + (index - 1.5) * width for i in range(len(names))], values, width, label=label)
+    ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("messages / s")
+    ax.set_yscale("log")
+    n = results.get("carried_from", {}).get("formats", {}).get("n", results["n"])
+    ax.set_title(f"Per format, {n:,} changes")
+    ax.legend(fontsize=7)
+
+
+def _growth_panel(ax, results: dict[str, Any]) -> None:
+    sizes = sorted(results["growth"], key=int)
+    ax.plot([int(s) for s in sizes], [results["growth"][s]["events_per_s"] for s in sizes], "o-", label="end to end")
+    ax.set_xscale("log")
+    ax.set_xlabel("changes in the run (Debezium JSON)")
+    ax.set_ylabel("events / s")
+    ax.set_title("Growth")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+
+
+def _incremental_panel(ax, results: dict[str, Any]) -> None:
+    """The increment's seconds by stage, per target size: cost should follow the changes."""
+    inc = results["incremental"]
+    runs = {f"{int(rows):,} rows": r for rows, r in inc["runs"].items()}
+    if inc.get("spark_route"):
+        runs[f"{inc['spark_route']['rows']:,} rows,\nall in Spark"] = inc["spark_route"]
+    bottom = [0.0] * len(runs)
+    for stage in ("bronze", "silver", "gold"):
+        values = [r["increment_stages_s"].get(stage, 0.0) for r in runs.values()]
+        ax.bar(list(runs), values, 0.6, bottom=bottom, label=stage)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    changes = next(iter(inc["runs"].values()))["changes"]
+    ax.set_ylabel("seconds")
+    ax.set_title(f"{changes:,} changes into gold")
+    ax.legend(fontsize=7)
+
+
+_PANELS = {"formats": _formats_panel, "growth": _growth_panel, "incremental": _incremental_panel}
 
 
 def markdown(results: dict[str, Any], chart_name: str | None) -> str:
@@ -170,7 +196,9 @@ def markdown(results: dict[str, Any], chart_name: str | None) -> str:
             lines.append(f"| `{key}` | {results[key]} | {_verdict(key, results)} |")
     if "events_per_s_end_to_end" in results:
         lines.append(f"| `events_per_s_end_to_end` | {results['events_per_s_end_to_end']:,.0f} | |")
-    lines += ["", f"![chart]({chart_name})" if chart_name else "(no chart: matplotlib is not installed)", ""]
+    charted = any(results.get(part) for part in _PANELS)
+    no_chart = "(no chart: matplotlib is not installed)" if charted else "(no chart: no part with one ran)"
+    lines += ["", f"![chart]({chart_name})" if chart_name else no_chart, ""]
     formats = results.get("formats", {})
     if formats:
         lines += [
@@ -297,7 +325,8 @@ def write_results(results: dict[str, Any], folder: Path) -> tuple[Path, Path]:
     latest.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     chart_name: str | None = f"{stamp}.png"
     try:
-        chart(results, folder / chart_name)
+        if not chart(results, folder / chart_name):
+            chart_name = None
     except ImportError as error:  # `python -m bench` without `make bench`'s extras
         print(f"bench: no chart ({error}; `make bench` installs matplotlib)", file=sys.stderr)
         chart_name = None

@@ -62,3 +62,26 @@ def test_the_many_tables_section_shows_the_small_update_when_it_was_measured():
     older = {"1": run(1, 1.9), "200": run(200, 63.2), "many_vs_one_cost_ratio": 33.3}
     text = markdown(head | {"tables": older}, None)
     assert "| 200 | 63.2 | 31.6 | — | — |" in text and "last" not in text
+
+
+def test_the_incremental_section_prices_the_spark_route_when_it_was_measured():
+    """The 10M increment goes to Spark while the 1M one may not: the report says which is which."""
+    machine = {"cpus": 2, "cpu_model": "x", "memory_gib": 1, "python": "3", "spark": "4", "spark_master": "local"}
+    head = {"date": "d", "machine": machine, "n": 1, "parts": ["incremental"], "seconds": 60}
+
+    def run(rows: int, seconds: float) -> dict:
+        stages = {"bronze": 1.0, "silver": 2.0, "gold": seconds - 3.0}
+        return {"rows": rows, "changes": 100, "load_s": 9.0, "increment_s": seconds, "increment_stages_s": stages}
+
+    both = {"runs": {"1000": run(1000, 10.0), "10000": run(10000, 30.0)}}
+    ratios = {"incremental_cost_ratio_10x_table": 3.0, "gold_cost_ratio_10x_table": 3.857}
+    text = markdown(head | {"incremental": both | ratios}, None)
+    assert "| 10,000 | 100 | 9.0 | 30.0 | 27.0 |" in text and "all in Spark" not in text
+    spark_route = {
+        "spark_route": run(1000, 20.0),
+        "incremental_cost_ratio_10x_table_spark_route": 1.5,
+        "gold_cost_ratio_10x_table_spark_route": 1.588,
+    }
+    text = markdown(head | {"incremental": both | ratios | spark_route}, None)
+    assert "| 1,000, all in Spark | 100 | 9.0 | 20.0 | 17.0 |" in text
+    assert "whole increment 1.5, gold stage 1.588." in text
