@@ -207,12 +207,12 @@ def growth(spark, sampler, args) -> dict[str, Any]:
 
 
 def incremental(spark, sampler, args) -> dict[str, Any]:
-    """The same changes into a table and into one ten times bigger. When the bigger is past
-    `DRIVER_SCAN_FACTOR` times the driver limit, its increment goes to Spark (`driver_may_apply`)
-    while the smaller's may not: the smaller runs again with the driver rebuild off, so one ratio
-    prices the same route at both sizes, measured minutes apart."""
+    """The same changes into a table and into one ten times bigger. When the bigger one's
+    increment goes to Spark (`driver_may_take`) while the smaller's may not, the smaller runs
+    again with the driver rebuild off, so one ratio prices the same route at both sizes,
+    measured minutes apart."""
     from bench.workloads import incremental as make
-    from cdc_medallion.runner.auto_cdc import DRIVER_SCAN_FACTOR
+    from cdc_medallion.runner.auto_cdc import driver_may_take
 
     big = args.incremental_rows or (10 * args.n if args.ten_million else args.n)
     rows_list = [big // 10, big]
@@ -225,17 +225,17 @@ def incremental(spark, sampler, args) -> dict[str, Any]:
     small, large = (results[str(r)] for r in rows_list)
     measured = {
         "runs": results,
-        "incremental_cost_ratio_10x_table": _ratio(large, small, "increment_s"),
+        "incremental_cost_ratio_10x_table": _ratio(large, small),
         "gold_cost_ratio_10x_table": _ratio(large, small, "gold"),
     }
-    if big <= DRIVER_SCAN_FACTOR * work.base.conf().driver_apply_max_rows:
+    if driver_may_take(changes, work.base.conf().driver_apply_max_rows, target_rows=lambda: big):
         return measured
     say(f"incremental: {changes:,} changes into {rows_list[0]:,} rows again, all in Spark (driver_apply_max_rows 0)")
     work = make(args.work / "inputs", "debezium-json", rows_list[0], changes, say=say)
     spark_route = _increment(spark, sampler, work, driver_rows=0)
     return measured | {
         "spark_route": spark_route,
-        "incremental_cost_ratio_10x_table_spark_route": _ratio(large, spark_route, "increment_s"),
+        "incremental_cost_ratio_10x_table_spark_route": _ratio(large, spark_route),
         "gold_cost_ratio_10x_table_spark_route": _ratio(large, spark_route, "gold"),
     }
 
@@ -261,9 +261,9 @@ def _increment(spark, sampler, work, driver_rows: int | None = None) -> dict[str
     }
 
 
-def _ratio(large: dict[str, Any], small: dict[str, Any], measure: str) -> float:
-    """`increment_s`, or a stage of the increment."""
-    big, little = (r[measure] if measure in r else r["increment_stages_s"][measure] for r in (large, small))
+def _ratio(large: dict[str, Any], small: dict[str, Any], stage: str | None = None) -> float:
+    """The whole increment's cost ratio, or one stage's."""
+    big, little = (r["increment_stages_s"][stage] if stage else r["increment_s"] for r in (large, small))
     return round(big / max(little, 1e-9), 3)
 
 

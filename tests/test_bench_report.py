@@ -14,6 +14,12 @@ def results(peak: float, parts: list[str], events: int) -> dict:
     }
 
 
+def report_head(part: str) -> dict:
+    """What every report opens with, for a run of one part."""
+    machine = {"cpus": 2, "cpu_model": "x", "memory_gib": 1, "python": "3", "spark": "4", "spark_master": "local"}
+    return {"date": "d", "machine": machine, "n": 1, "parts": [part], "seconds": 60}
+
+
 def test_memory_peak_of_a_small_run_is_not_judged():
     verdict = _verdict("peak_rss_gib", results(2.9, ["formats"], 20_020))
     assert verdict.startswith("not judged") and "20,020 events" in verdict
@@ -43,8 +49,7 @@ def test_speed_ratios_are_judged_at_any_size():
 
 
 def test_the_many_tables_section_shows_the_small_update_when_it_was_measured():
-    machine = {"cpus": 2, "cpu_model": "x", "memory_gib": 1, "python": "3", "spark": "4", "spark_master": "local"}
-    head = {"date": "d", "machine": machine, "n": 1, "parts": ["tables"], "seconds": 60}
+    head = report_head("tables")
 
     def run(tables: int, seconds: float, **small: float) -> dict:
         return {"tables": tables, "seconds": seconds, "stages_s": {"gold": seconds / 2}, **small}
@@ -66,8 +71,7 @@ def test_the_many_tables_section_shows_the_small_update_when_it_was_measured():
 
 def test_the_incremental_section_prices_the_spark_route_when_it_was_measured():
     """The 10M increment goes to Spark while the 1M one may not: the report says which is which."""
-    machine = {"cpus": 2, "cpu_model": "x", "memory_gib": 1, "python": "3", "spark": "4", "spark_master": "local"}
-    head = {"date": "d", "machine": machine, "n": 1, "parts": ["incremental"], "seconds": 60}
+    head = report_head("incremental")
 
     def run(rows: int, seconds: float) -> dict:
         stages = {"bronze": 1.0, "silver": 2.0, "gold": seconds - 3.0}

@@ -57,8 +57,13 @@ DRIVER_SCAN_FACTOR = 10
 
 
 def driver_may_apply(store: DeltaRsStore, target: str, new_rows: int | None, limit: int) -> bool:
-    """Whether a batch of `new_rows` into `target` is tried in the driver, decided before its
-    view batch is collected or split.
+    """`driver_may_take` for a stored target, counted from the Delta log's statistics."""
+    return driver_may_take(new_rows, limit, target_rows=lambda: store.count(target))
+
+
+def driver_may_take(new_rows: int | None, limit: int, target_rows: Callable[[], int]) -> bool:
+    """Whether a batch of `new_rows` into a target of `target_rows()` rows is tried in the
+    driver, decided before its view batch is collected or split.
 
     Past `DRIVER_SCAN_FACTOR` times the limit, `_stored_rows` mostly leaves a batch to Spark
     (random keys span every file), and learning that late costs twice: the events were
@@ -66,13 +71,13 @@ def driver_may_apply(store: DeltaRsStore, target: str, new_rows: int | None, lim
     relation instead of a cached scan. At 1M rows, forcing that route cost gold 26.9 s against
     19.5 s for Spark from the start. A batch of at most limit / DRIVER_SCAN_FACTOR rows is
     still tried whatever the target's size: it is cheap to collect, and keys that cluster (new
-    ids appended) prune the scan to a few files.
+    ids appended) prune the scan to a few files. The target is counted only when that decides.
     """
     if limit <= 0:
         return False
     if new_rows is not None and new_rows <= limit // DRIVER_SCAN_FACTOR:
         return True
-    return store.count(target) <= DRIVER_SCAN_FACTOR * limit  # from the Delta log's statistics
+    return target_rows() <= DRIVER_SCAN_FACTOR * limit
 
 
 @dataclass
