@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from bench.memory import RssSampler
 from bench.timing import best_of
 from cdc_medallion.config import PipelineConf
 from cdc_medallion.formats import get_format
+from cdc_medallion.formats.base import spread_over_cores
 from cdc_medallion.layers import bronze_name, layer_of
 from cdc_medallion.model import EVENT_SCHEMA
 from cdc_medallion.pipeline import RunSummary, run_pipeline
 from cdc_medallion.quality.rules import load_rules
 from cdc_medallion.runner import expectations as exp
-from cdc_medallion.storage.delta_rs import DeltaRsStore
+from cdc_medallion.storage.delta_rs import DeltaRsStore, arrow_schema
 
 
 @dataclass
@@ -55,3 +58,25 @@ def silver_parse(spark: SparkSession, conf: PipelineConf) -> float:
         exp.mark(events, rules, "bench").write.format("noop").mode("overwrite").save()
 
     return best_of(parse)
+
+
+def python_handoff(spark: SparkSession, conf: PipelineConf) -> float:
+    """Bronze handed to Python workers and back with nothing parsed: the floor of any parser
+    written in Python and run the way ours runs (spread over the cores, then `mapInArrow`).
+
+    The silver parse's distance from this floor is the parsers' own work; `from_json`'s lead
+    over it is what leaving the JVM costs at all, whatever the parser does.
+    """
+    source = conf.sources[0]
+    bronze = DeltaRsStore(conf.storage, spark).read(bronze_name(source.name))
+    nothing = pa.RecordBatch.from_pylist([], schema=arrow_schema(EVENT_SCHEMA))
+
+    def hand_back(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            batch.column("value").to_pylist()  # every parser reads each message as Python bytes
+            yield nothing
+
+    def handoff() -> None:
+        spread_over_cores(bronze).mapInArrow(hand_back, EVENT_SCHEMA).write.format("noop").mode("overwrite").save()
+
+    return best_of(handoff)

@@ -117,12 +117,14 @@ def per_format(spark, sampler, args) -> dict[str, Any]:
         with work.fresh_storage() as conf:
             run = ours.run(spark, conf, sampler)
             parse = ours.silver_parse(spark, conf)
+            handoff = ours.python_handoff(spark, conf)
         mb = work.bytes / 1e6
         entry = {
             "messages": work.messages,
             "events": work.events,
             "mb": round(mb, 1),
-            "floors_s": {k: round(v, 2) for k, v in asdict(floor).items() if k != "message_parsed"},
+            "floors_s": {k: round(v, 2) for k, v in asdict(floor).items() if k != "message_parsed"}
+            | {"python_handoff_noop": round(handoff, 2)},
             "floor_parses_message": floor.message_parsed,
             "end_to_end_s": round(run.seconds, 2),
             "stages_s": {k: round(v, 2) for k, v in run.stages.items()},
@@ -132,13 +134,16 @@ def per_format(spark, sampler, args) -> dict[str, Any]:
             "mb_per_s_end_to_end": rate(mb, run.seconds),
             "stage_messages_per_s": {k: rate(work.messages, v) for k, v in run.stages.items()},
             "silver_parse_vs_from_json": ratio(floor.from_json_noop, parse),
+            "silver_parse_vs_python_handoff": ratio(handoff, parse),
+            "python_handoff_vs_from_json": ratio(floor.from_json_noop, handoff),
             "end_to_end_vs_parquet_floor": ratio(floor.from_json_parquet, run.seconds),
             "memory": run.memory,
         }
         say(
             f"  ours: {run.seconds:.1f}s end to end ({entry['events_per_s_end_to_end']:,.0f} events/s; "
             f"bronze {run.stages['bronze']:.1f}s, silver {run.stages['silver']:.1f}s, gold {run.stages['gold']:.1f}s), "
-            f"silver parse {parse:.1f}s; vs from_json {entry['silver_parse_vs_from_json']}, "
+            f"silver parse {parse:.1f}s (Python hand-off alone {handoff:.1f}s); "
+            f"vs from_json {entry['silver_parse_vs_from_json']}, "
             f"vs parquet floor {entry['end_to_end_vs_parquet_floor']}; driver {run.memory['driver_gib']} GiB"
         )
         results[fmt] = entry
@@ -310,6 +315,10 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
         head["silver_parse_vs_from_json_median"] = statistics.median(
             r["silver_parse_vs_from_json"] for r in json_formats.values()
         )
+        for key in ("silver_parse_vs_python_handoff", "python_handoff_vs_from_json"):
+            measured = [r[key] for r in json_formats.values() if key in r]
+            if measured:
+                head[key] = min(measured)
         head["end_to_end_vs_parquet_floor"] = min(r["end_to_end_vs_parquet_floor"] for r in json_formats.values())
         head["end_to_end_vs_parquet_floor_median"] = statistics.median(
             r["end_to_end_vs_parquet_floor"] for r in json_formats.values()

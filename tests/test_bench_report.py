@@ -89,3 +89,45 @@ def test_the_incremental_section_prices_the_spark_route_when_it_was_measured():
     text = markdown(head | {"incremental": both | ratios | spark_route}, None)
     assert "| 1,000, all in Spark | 100 | 9.0 | 20.0 | 17.0 |" in text
     assert "whole increment 1.5, gold stage 1.588." in text
+
+
+def test_the_formats_section_shows_the_python_hand_off_floor_when_it_was_measured():
+    """The hand-off floor bounds what a parser in Python can reach: shown beside from_json, and
+    the headline names the worst format's bound; results from before it still render."""
+    from bench.run import summary
+
+    def measured(handoff: float | None, parse: float) -> dict:
+        floors = {"text_count": 0.1, "from_json_noop": 0.6, "from_json_parquet": 0.9}
+        ratios = {"silver_parse_vs_from_json": round(0.6 / parse, 3), "end_to_end_vs_parquet_floor": 0.2}
+        if handoff is not None:
+            floors["python_handoff_noop"] = handoff
+            ratios |= {"silver_parse_vs_python_handoff": round(handoff / parse, 3)}
+            ratios |= {"python_handoff_vs_from_json": round(0.6 / handoff, 3)}
+        stages = {"bronze": 0.2, "silver": 2.0, "gold": 2.3}
+        return {
+            "messages": 100,
+            "events": 100,
+            "mb": 1.0,
+            "end_to_end_s": 4.5,
+            "messages_per_s_end_to_end": 22.2,
+            "mb_per_s_end_to_end": 0.2,
+            "stages_s": stages,
+            "silver_parse_s": parse,
+            "floors_s": floors,
+            "floor_parses_message": True,
+            "memory": {"driver_gib": 1.0, "python_workers_gib": 0.4},
+            **ratios,
+        }
+
+    formats = {"canal-json": measured(0.5, 1.0), "qlik-json": measured(0.4, 2.0)}
+    results = report_head("formats") | {"formats": formats}
+    results |= summary(results)
+    assert (results["python_handoff_vs_from_json"], results["silver_parse_vs_python_handoff"]) == (1.2, 0.2)
+    text = markdown(results, None)
+    assert "| 0.1 | 0.6 | 0.9 | 0.4 | 0.3 | 0.2 | 0.2 |" in text  # qlik: floors, hand-off, both parse ratios
+    assert "| `python_handoff_vs_from_json` | 1.2 | not a target" in text and "Python hand-off is bronze" in text
+    older = report_head("formats") | {"formats": {"canal-json": measured(None, 1.0)}}
+    older |= summary(older)
+    text = markdown(older, None)
+    assert "| 0.1 | 0.6 | 0.9 | — | 0.6 | — | 0.2 |" in text
+    assert "python_handoff" not in text and "Python hand-off is bronze" not in text
