@@ -185,7 +185,27 @@ def _incremental_panel(ax, results: dict[str, Any]) -> None:
     ax.legend(fontsize=7)
 
 
-_PANELS = {"formats": _formats_panel, "growth": _growth_panel, "incremental": _incremental_panel}
+def _peer_panel(ax, results: dict[str, Any]) -> None:
+    """Seconds for the same values file, ours (bronze to SCD1 and SCD2 gold) beside Flink's; no
+    Flink bar where Flink could not run (the report's table says why)."""
+    peer = results["peer"]
+    names = list(peer)
+    for offset, label, key in ((-0.2, "ours", "ours_s"), (0.2, "Apache Flink", "flink_s")):
+        seconds = [r.get(key) or 0.0 for r in peer.values()]
+        ax.bar([i + offset for i in range(len(names))], seconds, 0.4, label=label)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_ylabel("seconds")
+    messages = ", ".join(f"{r['messages']:,}" for r in peer.values())
+    ax.set_title(f"Against Flink ({messages} messages)")
+    ax.legend(fontsize=7)
+
+
+_PANELS = {
+    "formats": _formats_panel,
+    "growth": _growth_panel,
+    "incremental": _incremental_panel,
+    "peer": _peer_panel,
+}
 
 
 def markdown(results: dict[str, Any], chart_name: str | None) -> str:
