@@ -514,3 +514,50 @@ def test_dependency_cycle_is_reported(spark, tmp_path):
     )
     with pytest.raises(GraphError, match="dependency cycle: a -> b -> a"):
         runner.update()
+
+
+def test_a_view_with_nothing_new_is_built_once_and_a_reader_behind_still_reads_it(spark, tmp_path, monkeypatch):
+    """Building a view's query costs JVM calls for every column, and with many tables most views
+    have nothing new: the second flow reading a view takes the first one's empty batch. Only when
+    it is caught up itself: a flow that failed before committing a batch the other committed
+    (out of step) builds the view and reads what it missed."""
+    empty_reads: list[str] = []
+    empty = DeltaRsStore.empty
+
+    def spied_empty(self, name):
+        empty_reads.append(name)
+        return empty(self, name)
+
+    monkeypatch.setattr(DeltaRsStore, "empty", spied_empty)
+    body = """
+        dp.temporary_view(name="named")(dp.expect_or_drop("named", "name IS NOT NULL")(
+            lambda: dp.read_stream("changes")))
+        for scd in (1, 2):
+            dp.create_streaming_table(f"people_{scd}")
+            dp.create_auto_cdc_flow(target=f"people_{scd}", source="named", keys=["id"], sequence_by="seq",
+                                    except_column_list=["op", "seq"], stored_as_scd_type=scd)
+    """
+    runner, storage = make_pipeline(tmp_path, body, [row(1, 1, "ann"), row(2, 2, "bob")])
+    runner.update()
+    empty_reads.clear()
+    runner.update()
+    assert empty_reads == ["raw"]  # the view was built for people_1 only
+
+    apply = AutoCdcApplier.apply
+
+    def failing_for_people_2(self, batch, txns, known_empty=False):
+        if self.flow.target == "people_2":
+            raise RuntimeError("killed before people_2 committed")
+        return apply(self, batch, txns, known_empty=known_empty)
+
+    append(tmp_path, [row(3, 3, "cy"), row(1, 4, "ann2")])
+    monkeypatch.setattr(AutoCdcApplier, "apply", failing_for_people_2)
+    with pytest.raises(RuntimeError, match="killed before people_2"):
+        runner.update()
+    monkeypatch.setattr(AutoCdcApplier, "apply", apply)
+    assert {r["id"]: r["name"] for r in read_rows(spark, storage, "people_1")} == {1: "ann2", 2: "bob", 3: "cy"}
+
+    runner.update()  # people_1 has nothing new; people_2 has the batch it failed on
+    current = sorted((r["id"], r["name"]) for r in read_rows(spark, storage, "people_2") if r["__END_AT"] is None)
+    assert current == [(1, "ann2"), (2, "bob"), (3, "cy")]
+    assert {r["id"]: r["name"] for r in read_rows(spark, storage, "people_1")} == {1: "ann2", 2: "bob", 3: "cy"}

@@ -122,6 +122,21 @@ class SharedView:
     collected_events: list[tuple[DataFrame, pa.Table | None]] = field(default_factory=list)
 
 
+@dataclass
+class IdleView:
+    """A view whose query found nothing new in any stream it read, kept for its other readers.
+
+    With many tables, most views have nothing new in an update, and building each view's query
+    (tens of columns, each a JVM call) was most of what they cost: an update with nothing new
+    over 134 tables took 10.7 s, 9.8 s of it building views for both flows of every table. A
+    second reader checks the same streams for itself, and when it too has read them all, takes
+    this empty batch instead of building the query again.
+    """
+
+    streams: tuple[str, ...]
+    rows: DataFrame
+
+
 class FlowReader:
     """What `dp.read_stream` / `dp.read` / `landing_stream` mean while one flow runs."""
 
@@ -183,17 +198,10 @@ class FlowReader:
         dataset = self.runner.graph.dataset(name)
         if dataset.is_view:
             return self._view(dataset)
-        self.runner.ensure_fresh(name)
+        app_id, done, current = self._position(name)
         store = self.runner.store
-        if not store.exists(name):
-            raise GraphError(f"{self.flow.name} reads {name}, which has never been written")
-        app_id = self._app_id(name)
-        done = store.txn_version(self.flow.target, app_id)
-        current = store.version(name)
-        assert current is not None
         if done is not None and done >= current:
-            self.txns[app_id] = current
-            self._read_range((name, done, current))
+            self._read_nothing_new(name, done, current)
             return store.empty(name)
         # A backlog is read in batches of about max_bytes/max_messages_per_batch, as bronze lands it, so
         # memory stays bounded downstream too; the flow loops while `more` is set.
@@ -209,6 +217,35 @@ class FlowReader:
         if self._shared(rows, size):
             return self.runner.shared_read((name, done, upto))
         return store.read_appended(name, done, upto)
+
+    def _position(self, name: str) -> tuple[str, int | None, int]:
+        """This flow's checkpoint in stream `name` (None: never read) and the stream's version,
+        once the stream is up to date in this update."""
+        self.runner.ensure_fresh(name)
+        store = self.runner.store
+        if not store.exists(name):
+            raise GraphError(f"{self.flow.name} reads {name}, which has never been written")
+        current = store.version(name)
+        assert current is not None
+        app_id = self._app_id(name)
+        return app_id, store.txn_version(self.flow.target, app_id), current
+
+    def _read_nothing_new(self, name: str, done: int, current: int) -> None:
+        self.txns[self._app_id(name)] = current
+        self._read_range((name, done, current))
+
+    def _caught_up(self, streams: tuple[str, ...]) -> bool:
+        """This flow has read each of `streams` to its latest version; if so, recorded as reads
+        with nothing new, as `read_stream` records them."""
+        positions = []
+        for name in streams:
+            _, done, current = self._position(name)
+            if done is None or done < current:
+                return False
+            positions.append((name, done, current))
+        for name, done, current in positions:
+            self._read_nothing_new(name, done, current)
+        return True
 
     def _shared(self, rows: int | None, size: int | None) -> bool:
         """A view (a record of its own on the stack) reading a range known to be small."""
@@ -263,12 +300,17 @@ class FlowReader:
         commits never meet again in that update), so the cache holds about one batch a view.
         """
         assert dataset.query is not None
+        idle = self.runner.idle_views.get(dataset.name)
+        if idle is not None and self._caught_up(idle.streams):
+            return renamed_copy(idle.rows)  # a query may join two reads of one view
         record = ReadRecord()
         self.records.append(record)
         try:
             df = dataset.query()
         finally:
             self.records.pop()
+        if _nothing_new(record):
+            self.runner.idle_views[dataset.name] = IdleView(tuple(name for name, _, _ in record.ranges), df)
         if not dataset.expectations or _nothing_new(record):
             return df
         readers = self.runner.graph.auto_cdc_readers(dataset.name)
@@ -355,6 +397,7 @@ class LocalRunner:
         self.log: EventLog | None = None
         self.shared_views: dict[tuple[str, tuple[Range, ...]], SharedView] = {}
         self._shared_reads: dict[str, tuple[Range, DataFrame]] = {}  # table -> its last shared read
+        self.idle_views: dict[str, IdleView] = {}  # for this update only
 
     # --- reads -------------------------------------------------------------------------------
     def shared_read(self, read: Range) -> DataFrame:
@@ -409,6 +452,7 @@ class LocalRunner:
             finally:
                 self.forget_shared_views()  # kept for a reader that did not run (failed, no input)
                 self._shared_reads.clear()
+                self.idle_views.clear()
             self.result.seconds = time.monotonic() - started
             self.log.emit(
                 "update_progress",
