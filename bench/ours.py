@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from bench.memory import RssSampler
 from bench.timing import best_of
@@ -45,11 +45,16 @@ def run(spark: SparkSession, conf: PipelineConf, sampler: RssSampler, say=lambda
     return result
 
 
+def _bronze(spark: SparkSession, conf: PipelineConf) -> DataFrame:
+    """The landed messages of the workload's one source, as silver reads them."""
+    return DeltaRsStore(conf.storage, spark).read(bronze_name(conf.sources[0].name))
+
+
 def silver_parse(spark: SparkSession, conf: PipelineConf) -> float:
     """Bronze → the format's parser → expectations marked → `noop`: the silver work alone,
     comparable with Spark's `from_json` → `noop` floor on the same messages."""
     source = conf.sources[0]
-    bronze = DeltaRsStore(conf.storage, spark).read(bronze_name(source.name))
+    bronze = _bronze(spark, conf)
     parser = get_format(source.format)(source.name, source.options)
     rules = load_rules(conf.expectations, "silver", source.format, EVENT_SCHEMA)
 
@@ -67,8 +72,7 @@ def python_handoff(spark: SparkSession, conf: PipelineConf) -> float:
     The silver parse's distance from this floor is the parsers' own work; `from_json`'s lead
     over it is what leaving the JVM costs at all, whatever the parser does.
     """
-    source = conf.sources[0]
-    bronze = DeltaRsStore(conf.storage, spark).read(bronze_name(source.name))
+    bronze = _bronze(spark, conf)
     nothing = pa.RecordBatch.from_pylist([], schema=arrow_schema(EVENT_SCHEMA))
 
     def hand_back(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -460,6 +460,17 @@ def test_views_share_one_read_of_a_small_input(spark, tmp_path, monkeypatch, dri
     assert joined.count() == 2
 
 
+# One view read by two flows, as gold's SCD1 and SCD2 flows read a table's view.
+NAMED_VIEW_FLOWS = """
+dp.temporary_view(name="named")(dp.expect_or_drop("named", "name IS NOT NULL")(
+    lambda: dp.read_stream("changes")))
+for scd in (1, 2):
+    dp.create_streaming_table(f"people_{scd}")
+    dp.create_auto_cdc_flow(target=f"people_{scd}", source="named", keys=["id"], sequence_by="seq",
+                            except_column_list=["op", "seq"], stored_as_scd_type=scd)
+"""
+
+
 def test_a_backlog_checks_each_view_batch_once_for_both_flows(spark, tmp_path, monkeypatch, driver_rows):
     """Gold's SCD1 and SCD2 flows read one view. Through a backlog they run batch by batch in
     turn, so the second reads the batch the first checked instead of checking it again (one
@@ -472,16 +483,8 @@ def test_a_backlog_checks_each_view_batch_once_for_both_flows(spark, tmp_path, m
         return mark(df, rules, name)
 
     monkeypatch.setattr(expectations, "mark", spied)
-    body = """
-        dp.temporary_view(name="named")(dp.expect_or_drop("named", "name IS NOT NULL")(
-            lambda: dp.read_stream("changes")))
-        for scd in (1, 2):
-            dp.create_streaming_table(f"people_{scd}")
-            dp.create_auto_cdc_flow(target=f"people_{scd}", source="named", keys=["id"], sequence_by="seq",
-                                    except_column_list=["op", "seq"], stored_as_scd_type=scd)
-    """
     rows = [row(i % 3, i, f"n{i}") for i in range(1, 7)] + [row(1, 7, None)]
-    runner, storage = make_pipeline(tmp_path, body, rows, driver_rows, batch=2)
+    runner, storage = make_pipeline(tmp_path, NAMED_VIEW_FLOWS, rows, driver_rows, batch=2)
     runner.update()
     assert checked.count("named") == 4  # 7 messages in batches of 2
     assert runner.result.flows["people_1"].batches == runner.result.flows["people_2"].batches == 4
@@ -529,15 +532,7 @@ def test_a_view_with_nothing_new_is_built_once_and_a_reader_behind_still_reads_i
         return empty(self, name)
 
     monkeypatch.setattr(DeltaRsStore, "empty", spied_empty)
-    body = """
-        dp.temporary_view(name="named")(dp.expect_or_drop("named", "name IS NOT NULL")(
-            lambda: dp.read_stream("changes")))
-        for scd in (1, 2):
-            dp.create_streaming_table(f"people_{scd}")
-            dp.create_auto_cdc_flow(target=f"people_{scd}", source="named", keys=["id"], sequence_by="seq",
-                                    except_column_list=["op", "seq"], stored_as_scd_type=scd)
-    """
-    runner, storage = make_pipeline(tmp_path, body, [row(1, 1, "ann"), row(2, 2, "bob")])
+    runner, storage = make_pipeline(tmp_path, NAMED_VIEW_FLOWS, [row(1, 1, "ann"), row(2, 2, "bob")])
     runner.update()
     empty_reads.clear()
     runner.update()

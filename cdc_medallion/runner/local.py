@@ -201,7 +201,7 @@ class FlowReader:
         app_id, done, current = self._position(name)
         store = self.runner.store
         if done is not None and done >= current:
-            self._read_nothing_new(name, done, current)
+            self._read_nothing_new(app_id, name, done, current)
             return store.empty(name)
         # A backlog is read in batches of about max_bytes/max_messages_per_batch, as bronze lands it, so
         # memory stays bounded downstream too; the flow loops while `more` is set.
@@ -230,8 +230,8 @@ class FlowReader:
         app_id = self._app_id(name)
         return app_id, store.txn_version(self.flow.target, app_id), current
 
-    def _read_nothing_new(self, name: str, done: int, current: int) -> None:
-        self.txns[self._app_id(name)] = current
+    def _read_nothing_new(self, app_id: str, name: str, done: int, current: int) -> None:
+        self.txns[app_id] = current
         self._read_range((name, done, current))
 
     def _caught_up(self, streams: tuple[str, ...]) -> bool:
@@ -239,12 +239,12 @@ class FlowReader:
         with nothing new, as `read_stream` records them."""
         positions = []
         for name in streams:
-            _, done, current = self._position(name)
+            app_id, done, current = self._position(name)
             if done is None or done < current:
                 return False
-            positions.append((name, done, current))
-        for name, done, current in positions:
-            self._read_nothing_new(name, done, current)
+            positions.append((app_id, name, done, current))
+        for position in positions:
+            self._read_nothing_new(*position)
         return True
 
     def _shared(self, rows: int | None, size: int | None) -> bool:
@@ -311,7 +311,8 @@ class FlowReader:
             self.records.pop()
         if _nothing_new(record):
             self.runner.idle_views[dataset.name] = IdleView(tuple(name for name, _, _ in record.ranges), df)
-        if not dataset.expectations or _nothing_new(record):
+            return df
+        if not dataset.expectations:
             return df
         readers = self.runner.graph.auto_cdc_readers(dataset.name)
         shareable = not record.snapshot
