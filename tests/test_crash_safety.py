@@ -6,8 +6,14 @@ The same drill on a few hundred thousand messages is `python -m bench.crash` (ou
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+
 from cdc_medallion.generator.drill import check, kill_drill
 from cdc_medallion.generator.history import generate_history
+from tests.helpers import gold_rows, read_rows
 
 HISTORY = generate_history(tables=1, transactions=600, seed=23)  # one table: the drill is about commits, not keys
 
@@ -20,3 +26,33 @@ def test_ingest_killed_at_random_commit_points(spark, tmp_path):
     assert result.garbage >= 1
     problems = check(spark, HISTORY, result)
     assert not problems, "\n".join(problems[:20])
+
+
+def test_a_kill_between_a_quarantine_write_and_its_dataset_write_quarantines_once(spark, tmp_path):
+    """Silver commits a batch's quarantined rows, then its valid rows. Killed in between, the
+    next run (after more lines arrived) commits the valid rows and quarantines nothing twice."""
+    feed = tmp_path / "feed.jsonl"
+    good = '{"op":"c","ts_ms":1,"source":{"table":"t","lsn":%d},"before":null,"after":{"id":%d,"v":"x"}}'
+    feed.write_text("\n".join([good % (10, 1), "garbage one", good % (20, 2)]) + "\n", encoding="utf-8")
+    storage = tmp_path / "storage"
+    command = [sys.executable, "-m", "cdc_medallion.cli", "ingest", "--format", "debezium-json", "--quiet"]
+    command += ["--input", str(feed), "--storage", str(storage), "--key", "t=id"]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    killed = subprocess.run(
+        command,
+        env={**env, "CDC_MEDALLION_KILL_WHERE": "after append to silver_debezium_json_quarantine"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert "silver_debezium_json_quarantine" in killed.stdout
+    with feed.open("a", encoding="utf-8") as handle:
+        handle.write("\n".join([good % (30, 3), "garbage two"]) + "\n")
+    subprocess.run(command, env=env, check=True, capture_output=True, timeout=600)
+
+    quarantined = sorted(r["raw_message"] for r in read_rows(spark, storage, "silver_debezium_json_quarantine"))
+    assert quarantined == ["garbage one", "garbage two"]
+    changes = [r for r in read_rows(spark, storage, "silver_debezium_json") if r["kind"] == "change"]
+    assert sorted(r["after"]["id"] for r in changes) == ["1", "2", "3"]
+    assert {r["id"] for r in gold_rows(spark, storage, "t")} == {1, 2, 3}

@@ -339,6 +339,18 @@ def test_missing_segment_is_held_then_completed():
     assert sorted(e["kind"] for e in parse([texts[0], texts[1], texts[3]], tables={"ACCT": ACCT}))[0] == "change"
 
 
+def test_a_transaction_missing_its_first_segment_stays_held():
+    """Segments 0002 and the final 0000 without 0001: the first segment is known to exist (the
+    numbering starts at 0001), so nothing is applied until it comes."""
+    texts, _ = transaction(6)  # 0001, 0002, 0000
+    held = parse(texts[1:], tables={"ACCT": ACCT})
+    assert [e["kind"] for e in held] == ["held", "held"]
+    assert held[0]["detail"].endswith("have segment(s) 0002, 0000, missing segment(s) 0001")
+    done = parse([*texts[1:], texts[0]], tables={"ACCT": ACCT})
+    assert [e["kind"] for e in changes(done)] == ["change"] * 5
+    assert {e["kind"] for e in done} == {"change", "transaction"}
+
+
 def test_incomplete_transaction_times_out_into_quarantine():
     texts, _ = transaction(3)
     landed = dt.datetime.now(dt.UTC) - dt.timedelta(hours=2)
@@ -489,3 +501,36 @@ def test_cli_ingest_of_the_v11_example(tmp_path):
         ("Ed", "Smith"): 150000,
         ("Bill", "Green"): 110000,
     }
+
+
+def test_held_across_runs_until_the_first_segment_then_a_timeout_is_quarantined_once(spark, storage, tmp_path):
+    """End to end: a transaction whose 0001 comes a run late stays held, then applies; one whose
+    final segment never comes is quarantined at its timeout and, in every later run, is neither
+    fed to the parser again nor quarantined twice."""
+    source = tmp_path / "qrep.jsonl"
+    run = {"keys": {"ACCT": "ID"}, "columns": {"ACCT": ACCT}, "layout": "kafka-dump"}
+    late_first, late_rows = transaction(11)
+    open_ended, _ = transaction(12)
+    offset = kafka_dump(source, [late_first[1], late_first[2], open_ended[0]], 0)
+    ingest(spark, FORMAT, source, storage, **run)
+    assert {r["kind"] for r in read_rows(spark, storage, f"silver_{SOURCE}")} == {"held"}
+
+    offset = kafka_dump(source, [late_first[0]], offset)
+    ingest(spark, FORMAT, source, storage, **run)
+    assert {r["ID"]: (r["OWNER"], r["BALANCE"]) for r in gold_rows(spark, storage, "ACCT")} == late_rows
+
+    timeout = {"incomplete_timeout_seconds": "0"}
+    held_before_timeout = None
+    for extra in range(3):  # the timeout run, then two more runs with new messages
+        offset = kafka_dump(source, [record(20 + extra, 0, "ISRT", None, (200 + extra, "n", 1))], offset)
+        ingest(spark, FORMAT, source, storage, **run, options=timeout)
+        quarantine = read_rows(spark, storage, f"silver_{SOURCE}_quarantine")
+        timed_out = [r for r in quarantine if "0000:0000:0388:000c:0000:0000" in r["error"]]
+        assert len(timed_out) == 1, timed_out
+        events = [
+            r for r in read_rows(spark, storage, f"silver_{SOURCE}") if r["bronze_ref"] == timed_out[0]["bronze_ref"]
+        ]
+        assert {r["kind"] for r in events} == {"held"}
+        held_before_timeout = held_before_timeout or len(events)
+        assert len(events) == held_before_timeout  # once quarantined, never fed to the parser again
+    assert {r["ID"] for r in gold_rows(spark, storage, "ACCT")} == {*late_rows, 200, 201, 202}
