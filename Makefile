@@ -1,4 +1,4 @@
-# Two commands: `make run` and `make test`. Both set up .venv first.
+# Two commands: `make run` and `make test`. Both set up .venv and the JVM packages first.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m cdc_medallion.jars  # Delta Lake, Spark's Kafka and Avro jars from Maven Central, cached
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -24,7 +25,7 @@ run: $(STAMP)
 
 test: $(STAMP) browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest --durations=15
+	$(BIN)/python -m pytest -n 3 --dist loadgroup --durations=15
 
 # The quality report's browser test drives Debian's Chromium. Installed only when missing; where it
 # cannot be (not root, no apt), the test skips and says why.

@@ -114,7 +114,8 @@ class RssSampler:
             pid, in_peer, parent_kind = stack.pop()
             cmdline = _cmdline(pid)
             kind = _kind(cmdline)
-            in_peer = in_peer or b"flink_peer" in cmdline  # the Flink peer and its JVM are not our driver
+            # The Flink peer, a cold `cdc-medallion ingest` (bench/cold.py) and their JVMs are not our driver.
+            in_peer = in_peer or b"flink_peer" in cmdline or b"cdc_medallion.cli" in cmdline
             stack.extend((child, in_peer, kind) for child in tree.get(pid, []))
             if kind == "jvm" and parent_kind == "jvm":  # a command the JVM is starting: its memory is the JVM's
                 continue

@@ -172,8 +172,6 @@ def _incremental_panel(ax, results: dict[str, Any]) -> None:
     """The increment's seconds by stage, per target size: cost should follow the changes."""
     inc = results["incremental"]
     runs = {f"{int(rows):,} rows": r for rows, r in inc["runs"].items()}
-    if inc.get("spark_route"):
-        runs[f"{inc['spark_route']['rows']:,} rows,\nall in Spark"] = inc["spark_route"]
     bottom = [0.0] * len(runs)
     for stage in ("bronze", "silver", "gold"):
         values = [r["increment_stages_s"].get(stage, 0.0) for r in runs.values()]
@@ -208,6 +206,15 @@ _PANELS = {
 }
 
 
+def _engine_line(results: dict[str, Any]) -> list[str]:
+    engine = results.get("engine")
+    if not engine:
+        return []
+    at_once = engine.get("max_concurrent_flows")
+    turns = f"; streaming queries {at_once} at a time (`max_concurrent_flows`)" if at_once else ""
+    return [f"Engine: `{engine.get('commit', '?')}` at {engine.get('root', '?')}{turns}.", ""]
+
+
 def markdown(results: dict[str, Any], chart_name: str | None) -> str:
     m = results["machine"]
     lines = [
@@ -220,9 +227,11 @@ def markdown(results: dict[str, Any], chart_name: str | None) -> str:
         "Ratios are our speed divided by the reference's, both measured in this run on the same bytes "
         "(1.0 = as fast as the reference). Absolute times on a shared 2-core machine are noise; ratios are not.",
         "",
+        *_engine_line(results),
         *[
-            f"Part `{name}` is carried from the run of {origin['date']} (N = {origin['n']:,}); "
-            "this run did not repeat it."
+            f"Part `{name}` is carried from the run of {origin['date']} (N = {origin['n']:,}"
+            + (f", engine `{origin['engine']}`" if origin.get("engine") else "")
+            + "); this run did not repeat it."
             for name, origin in results.get("carried_from", {}).items()
         ],
         *([""] if results.get("carried_from") else []),
@@ -239,6 +248,10 @@ def markdown(results: dict[str, Any], chart_name: str | None) -> str:
             lines.append(f"| `{key}` | {results[key]} | {meaning} |")
     if "events_per_s_end_to_end" in results:
         lines.append(f"| `events_per_s_end_to_end` | {results['events_per_s_end_to_end']:,.0f} | |")
+    if results.get("cold"):
+        lines.append(
+            f"| `cold_ingest_s` | {results['cold']['seconds']} | not a target: a fresh process, JVM start included |"
+        )
     charted = any(results.get(part) for part in _PANELS)
     no_chart = "(no chart: matplotlib is not installed)" if charted else "(no chart: no part with one ran)"
     lines += ["", f"![chart]({chart_name})" if chart_name else no_chart, ""]
@@ -289,13 +302,14 @@ def markdown(results: dict[str, Any], chart_name: str | None) -> str:
         lines += [
             "## Growth (Debezium JSON)",
             "",
-            "| changes | seconds | events/s | driver GiB |",
-            "|---:|---:|---:|---:|",
+            "| changes | seconds | bronze s | silver s | gold s | events/s | driver GiB |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for size, r in sorted(results["growth"].items(), key=lambda item: int(item[0])):
             run = f" ({r['date']})" if r.get("date") else ""  # a size measured in a later run than the rest
-            row = f"| {int(size):,}{run} | {r['seconds']} | {r['events_per_s']:,.0f} | {r['memory']['driver_gib']} |"
-            lines.append(row)
+            stages = [r.get("stages_s", {}).get(stage, "—") for stage in ("bronze", "silver", "gold")]
+            cells = [f"{int(size):,}{run}", r["seconds"], *stages, f"{r['events_per_s']:,.0f}"]
+            lines.append(_row([*cells, r["memory"]["driver_gib"]]))
         lines.append("")
     if results.get("incremental"):
         inc = results["incremental"]
@@ -305,24 +319,15 @@ def markdown(results: dict[str, Any], chart_name: str | None) -> str:
             "| gold rows | changes | load s | increment s | increment gold s |",
             "|---:|---:|---:|---:|---:|",
         ]
-        spark_route = {"spark_route": inc["spark_route"]} if inc.get("spark_route") else {}
-        for name, r in {**inc["runs"], **spark_route}.items():
+        for r in inc["runs"].values():
             gold = r["increment_stages_s"]["gold"]
-            rows = f"{r['rows']:,}" + (", all in Spark" if name == "spark_route" else "")
-            lines.append(_row([rows, f"{r['changes']:,}", r["load_s"], r["increment_s"], gold]))
+            lines.append(_row([f"{r['rows']:,}", f"{r['changes']:,}", r["load_s"], r["increment_s"], gold]))
         lines += [
             "",
             f"Cost ratio (10× table / 1× table): whole increment {inc['incremental_cost_ratio_10x_table']}, "
             f"gold stage {inc['gold_cost_ratio_10x_table']}.",
+            "",
         ]
-        if spark_route:
-            lines += [
-                "The 10× table's increment goes to Spark (its target is over ten times the driver limit); "
-                "against the 1× table's on that route too (`driver_apply_max_rows` 0): whole increment "
-                f"{inc['incremental_cost_ratio_10x_table_spark_route']}, "
-                f"gold stage {inc['gold_cost_ratio_10x_table_spark_route']}.",
-            ]
-        lines.append("")
     if results.get("tables"):
         t = results["tables"]
         held = t.get("small_update_messages")
@@ -345,6 +350,22 @@ def markdown(results: dict[str, Any], chart_name: str | None) -> str:
         if "small_update_many_vs_one" in t:
             lines += [f"The small update's cost ratio (many / one): {t['small_update_many_vs_one']}."]
         lines += [""]
+    if results.get("cold"):
+        c = results["cold"]
+        runs = ", ".join(f"{s} s" for s in c["runs_s"])
+        lines += [
+            "## Cold start",
+            "",
+            f"`cdc-medallion ingest` of {c['messages']} {c['format']} messages in a fresh process, into an empty "
+            f"storage: {c['seconds']} s, the median of {runs}.",
+        ]
+        if "spark_start_s" in c:
+            spark_runs = ", ".join(f"{s} s" for s in c["spark_start_runs_s"])
+            lines += [
+                f"A process that only starts Spark and counts one row: {c['spark_start_s']} s ({spark_runs}); "
+                "the rest is the pipeline's first run.",
+            ]
+        lines.append("")
     for part, error in results.get("errors", {}).items():
         lines += [f"**{part} failed:** `{error}`", ""]
     mem = results.get("peak_memory")

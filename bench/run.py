@@ -1,7 +1,11 @@
 """`make bench`: every measurement of one run, written to bench/results/.
 
 Sizes: BENCH_N (default 1,000,000) row changes per format. Every ratio compares two things
-measured in this run on this machine, so a loaded machine slows both sides alike.
+measured in this run on this machine, so a loaded machine slows both sides alike. Every pipeline
+run takes its streaming queries one at a time (bench/ours.py), so stage seconds add up.
+
+BENCH_ENGINE_ROOT (or --engine-root) measures the engine and harness of another checkout, the old
+engine's worktree for one (bench/engine.py); bench/compare.py sets two results side by side.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 JSON_PEERS = ("debezium-json", "canal-json")  # the formats Flink reads too
 
 
@@ -32,10 +37,18 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         default=os.environ.get("BENCH_FORMATS", "all"),
         help=f"comma-separated, or 'all' ({', '.join(format_names())})",
     )
-    parser.add_argument("--parts", default=os.environ.get("BENCH_PARTS", "formats,peer,growth,incremental,tables"))
+    parser.add_argument(
+        "--parts", default=os.environ.get("BENCH_PARTS", ",".join(PARTS)), help=f"comma-separated of {', '.join(PARTS)}"
+    )
     parser.add_argument("--ten-million", action="store_true", default=os.environ.get("BENCH_10M") == "1")
     parser.add_argument("--work", type=Path, default=Path(os.environ.get("BENCH_WORK", HERE / ".work")))
-    parser.add_argument("--results", type=Path, default=HERE / "results")
+    parser.add_argument("--results", type=Path, default=None, help="default bench/results of the engine's root")
+    parser.add_argument(
+        "--engine-root",
+        type=Path,
+        default=Path(os.environ["BENCH_ENGINE_ROOT"]) if os.environ.get("BENCH_ENGINE_ROOT") else None,
+        help="measure the checkout there with its own harness, e.g. /work/old-engine ($BENCH_ENGINE_ROOT)",
+    )
     parser.add_argument("--tables", type=int, default=200, help="the many-tables case")
 
     def optional(name: str, env: str, help_text: str) -> None:
@@ -201,23 +214,22 @@ def growth(spark, sampler, args) -> dict[str, Any]:
         results[str(size)] = {
             "events": work.events,
             "seconds": round(run.seconds, 2),
+            "stages_s": {k: round(v, 2) for k, v in run.stages.items()},
             "events_per_s": rate(work.events, run.seconds),
             "memory": run.memory,
         }
         say(
-            f"  {run.seconds:.1f}s, {results[str(size)]['events_per_s']:,.0f} events/s, "
+            f"  {run.seconds:.1f}s (bronze {run.stages['bronze']:.1f}s, silver {run.stages['silver']:.1f}s, "
+            f"gold {run.stages['gold']:.1f}s), {results[str(size)]['events_per_s']:,.0f} events/s, "
             f"driver {run.memory['driver_gib']} GiB"
         )
     return results
 
 
 def incremental(spark, sampler, args) -> dict[str, Any]:
-    """The same changes into a table and into one ten times bigger. When the bigger one's
-    increment goes to Spark (`driver_may_take`) while the smaller's may not, the smaller runs
-    again with the driver rebuild off, so one ratio prices the same route at both sizes,
-    measured minutes apart."""
+    """The same changes into a table and into one ten times bigger: the increment should cost
+    what it touches, not what the table holds (target: at most 1.5× for the 10× table)."""
     from bench.workloads import incremental as make
-    from cdc_medallion.runner.auto_cdc import driver_may_take
 
     big = args.incremental_rows or (10 * args.n if args.ten_million else args.n)
     rows_list = [big // 10, big]
@@ -228,29 +240,17 @@ def incremental(spark, sampler, args) -> dict[str, Any]:
         work = make(args.work / "inputs", "debezium-json", rows, changes, say=say)
         results[str(rows)] = _increment(spark, sampler, work)
     small, large = (results[str(r)] for r in rows_list)
-    measured = {
+    return {
         "runs": results,
         "incremental_cost_ratio_10x_table": _ratio(large, small),
         "gold_cost_ratio_10x_table": _ratio(large, small, "gold"),
     }
-    if driver_may_take(changes, work.base.conf().driver_apply_max_rows, target_rows=lambda: big):
-        return measured
-    say(f"incremental: {changes:,} changes into {rows_list[0]:,} rows again, all in Spark (driver_apply_max_rows 0)")
-    work = make(args.work / "inputs", "debezium-json", rows_list[0], changes, say=say)
-    spark_route = _increment(spark, sampler, work, driver_rows=0)
-    return measured | {
-        "spark_route": spark_route,
-        "incremental_cost_ratio_10x_table_spark_route": _ratio(large, spark_route),
-        "gold_cost_ratio_10x_table_spark_route": _ratio(large, spark_route, "gold"),
-    }
 
 
-def _increment(spark, sampler, work, driver_rows: int | None = None) -> dict[str, Any]:
+def _increment(spark, sampler, work) -> dict[str, Any]:
     from bench import ours
 
     with work.base.fresh_storage() as conf:
-        if driver_rows is not None:
-            conf = replace(conf, driver_apply_max_rows=driver_rows)
         load = ours.run(spark, conf, sampler)
         work.append_increment()
         run = ours.run(spark, conf, sampler)
@@ -304,6 +304,18 @@ def many_tables(spark, sampler, args) -> dict[str, Any]:
 SMALL_UPDATE = 10  # messages in the many-tables part's small update: a trickle over a loaded pipeline
 
 
+def cold_start(spark, sampler, args) -> dict[str, Any]:
+    """`cdc-medallion ingest` of ten messages in a fresh process (bench/cold.py): the JVM's start and
+    the pipeline's first run; a process that only starts Spark is timed beside it."""
+    from bench import cold
+
+    say(f"cold: `cdc-medallion ingest` of {cold.MESSAGES} {cold.FORMAT} messages in a fresh process, {cold.RUNS}×")
+    return cold.measure(REPO, args.work / "cold", say=say)
+
+
+PARTS = ("cold", "formats", "peer", "growth", "incremental", "tables")
+
+
 # --- main -------------------------------------------------------------------------------------
 def summary(results: dict[str, Any]) -> dict[str, Any]:
     """The headline keys (the worst JSON format for each ratio: a target is met by every format)."""
@@ -329,6 +341,8 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
         head["events_per_s_end_to_end"] = rate(events, seconds)
     if "incremental" in results:
         head["incremental_cost_ratio_10x_table"] = results["incremental"]["incremental_cost_ratio_10x_table"]
+    if results.get("cold"):
+        head["cold_ingest_s"] = results["cold"]["seconds"]
     for fmt, key in (("debezium-json", "vs_flink_debezium"), ("canal-json", "vs_flink_canal")):
         measured = results.get("peer", {}).get(fmt, {}).get("ours_vs_flink")
         if measured is not None:
@@ -348,6 +362,8 @@ def carried(latest: Path, parts: set[str]) -> dict[str, Any]:
         if name in previous:
             kept[name] = previous[name]
             origin = previous.get("carried_from", {}).get(name, {"date": previous["date"], "n": previous["n"]})
+            if "engine" in previous and name not in previous.get("carried_from", {}):
+                origin = origin | {"engine": previous["engine"].get("commit")}  # which engine measured it
             kept["carried_from"][name] = origin
     return kept if kept["carried_from"] else {}
 
@@ -355,20 +371,27 @@ def carried(latest: Path, parts: set[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from bench import engine
+
+    if args.engine_root is not None and not engine.is_this_repo(args.engine_root):
+        return engine.run_other(args.engine_root, sys.argv[1:] if argv is None else argv, args, say=say)
     from bench.memory import RssSampler
+    from bench.ours import MAX_CONCURRENT_FLOWS
     from bench.report import headline_peak, write_results
     from cdc_medallion.spark import get_spark
 
+    args.results = args.results or HERE / "results"
     args.work.mkdir(parents=True, exist_ok=True)
-    spark = get_spark("cdc-medallion-bench")
     started = time.monotonic()
     results: dict[str, Any] = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),
         "n": args.n,
         "parts": sorted(args.parts),
+        "engine": {"root": str(REPO), "commit": engine.commit_of(REPO), "max_concurrent_flows": MAX_CONCURRENT_FLOWS},
     }
     parts = (
+        ("cold", cold_start),  # first, before this process starts its own JVM
         ("formats", per_format),
         ("peer", peer),
         ("growth", growth),
@@ -378,11 +401,14 @@ def main(argv: list[str] | None = None) -> int:
     results.update(carried(args.results / "latest.json", {name for name, _ in parts} - args.parts))
     failed: list[str] = []
     latest = report = args.results
+    spark = None
     with RssSampler() as sampler:
-        warm_up(spark, sampler, args)
         for name, part in parts:
             if name not in args.parts:
                 continue
+            if spark is None and name != "cold":  # the cold part starts its own processes
+                spark = get_spark("cdc-medallion-bench")
+                warm_up(spark, sampler, args)
             try:
                 results[name] = part(spark, sampler, args)
             except Exception as error:  # a part that fails is reported; the others still count

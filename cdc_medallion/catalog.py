@@ -14,14 +14,12 @@ from cdc_medallion.errors import ConfigError
 
 def dataset_status(storage: Path) -> list[dict[str, Any]]:
     """One object per dataset: name, layer, rows, path (+ source_table, scd_type for gold)."""
-    from cdc_medallion.storage.delta_rs import DeltaRsStore
+    from cdc_medallion.storage.delta_store import stored_datasets
 
     if not storage.is_dir():
         raise ConfigError(f"storage {storage} does not exist: run the pipeline first")
-    store = DeltaRsStore.__new__(DeltaRsStore)  # no Spark needed to list tables
-    store.root = storage.resolve()
     entries = []
-    for info in store.datasets():
+    for info in stored_datasets(storage.resolve()):  # no Spark needed to list tables
         layer = info.properties.get("layer") or ("system" if "/_system/" in info.path else "unknown")
         entry: dict[str, Any] = {"name": info.name, "layer": layer, "rows": info.rows, "path": info.path}
         if layer == "gold":
@@ -43,10 +41,10 @@ def dataset_entry(status: list[dict[str, Any]], name: str, storage: Path) -> dic
 
 def read_dataset(spark: Any, storage: Path, name: str, status: list[dict[str, Any]] | None = None) -> Any:
     """A dataset as a DataFrame, by the name `dataset_status` lists (pass its result to save a scan)."""
-    from cdc_medallion.storage.delta_rs import DeltaRsStore
+    from cdc_medallion.storage.delta_store import DeltaStore
 
     entry = dataset_entry(status if status is not None else dataset_status(storage), name, storage)
-    store = DeltaRsStore(storage, spark)
+    store = DeltaStore(storage, spark)
     path = Path(entry["path"])
     return store.read(name if path.parent == store.root else f"{path.parent.name}/{name}")
 

@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--full-refresh", action="store_true", help="drop every table and rebuild from the inputs")
     run.add_argument("--quiet", action="store_true", help="no progress lines")
     run.add_argument(
+        "--continuous", action="store_true", help="keep every flow running (Ctrl-C stops); no quality checks"
+    )
+    run.add_argument(
         "--no-quality",
         dest="quality",
         action="store_false",
@@ -113,7 +116,13 @@ def _run(args: argparse.Namespace) -> int:
     from cdc_medallion.pipeline import run_pipeline
 
     conf = load_conf(args.conf)
-    summary = run_pipeline(conf, full_refresh=args.full_refresh, progress=_progress(args), quality=args.quality)
+    summary = run_pipeline(
+        conf,
+        full_refresh=args.full_refresh,
+        progress=_progress(args),
+        quality=args.quality and not args.continuous,
+        continuous=args.continuous,
+    )
     _print_summary(conf.storage, summary)
     return 0
 

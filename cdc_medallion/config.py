@@ -6,6 +6,7 @@ because a silently ignored option in a CDC pipeline means silently wrong data.
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -28,11 +29,9 @@ SPARK_CONF_KEY = "cdc_medallion.conf"
 # backlog or a message is (Debezium messages with schemas run to kilobytes).
 DEFAULT_MAX_MESSAGES_PER_BATCH = 200_000
 DEFAULT_MAX_BYTES_PER_BATCH = 128 * 1024 * 1024
-# Gold batches up to this many rows (events plus the stored rows of their keys) are rebuilt in
-# the driver: Spark's per-job cost outweighed such batches' work (runner/auto_cdc_driver.py).
-# As many as a batch holds messages, so that a batch of the default size stays in the driver
-# (bench: 100k Debezium changes in one table took 16.9-18.2 s end to end instead of 29.8 s).
-DEFAULT_DRIVER_APPLY_MAX_ROWS = DEFAULT_MAX_MESSAGES_PER_BATCH
+# Streaming queries of one update that run at once (the flows of different tables): a query
+# mostly waits on Spark's scheduling and Delta's commits, so a few at a time keep the cores busy.
+DEFAULT_MAX_CONCURRENT_FLOWS = 4
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,7 @@ class PipelineConf:
     tables: tuple[TableConf, ...] = ()
     max_messages_per_batch: int = DEFAULT_MAX_MESSAGES_PER_BATCH
     max_bytes_per_batch: int = DEFAULT_MAX_BYTES_PER_BATCH
-    driver_apply_max_rows: int = DEFAULT_DRIVER_APPLY_MAX_ROWS
+    max_concurrent_flows: int = DEFAULT_MAX_CONCURRENT_FLOWS
     conf_file: Path | None = None
 
     def source(self, name: str) -> SourceConf:
@@ -151,10 +150,10 @@ class _Reader:
             raise self.error(unknown[0], f"unknown key (known: {', '.join(sorted(self.used))})")
 
 
-def _driver_apply_max_rows(pipeline: _Reader) -> int:
-    value = pipeline.get("driver_apply_max_rows", int, default=DEFAULT_DRIVER_APPLY_MAX_ROWS)
-    if value < 0:
-        raise pipeline.error("driver_apply_max_rows", f"must be 0 (always Spark) or more, got {value}")
+def _at_least_one(pipeline: _Reader, key: str, default: int) -> int:
+    value = pipeline.get(key, int, default=default)
+    if value < 1:
+        raise pipeline.error(key, f"must be 1 or more, got {value}")
     return value
 
 
@@ -261,7 +260,7 @@ def load_conf(path: str | os.PathLike[str]) -> PipelineConf:
     for pattern in top.get("include", list, default=[]):
         if not isinstance(pattern, str):
             raise top.error("include", "must be a list of glob patterns")
-        for fragment in sorted(base.glob(pattern)):
+        for fragment in sorted(Path(match) for match in glob.glob(str(base / pattern))):  # relative or absolute
             part = _Reader(fragment, yaml.safe_load(fragment.read_text(encoding="utf-8")) or {}, "")
             sources += [
                 _parse_source(fragment, fragment.parent, s, i)
@@ -286,7 +285,7 @@ def load_conf(path: str | os.PathLike[str]) -> PipelineConf:
         expectations=_resolve(base, pipeline.get("expectations", str, default="../expectations")),
         max_messages_per_batch=pipeline.get("max_messages_per_batch", int, default=DEFAULT_MAX_MESSAGES_PER_BATCH),
         max_bytes_per_batch=pipeline.get("max_bytes_per_batch", int, default=DEFAULT_MAX_BYTES_PER_BATCH),
-        driver_apply_max_rows=_driver_apply_max_rows(pipeline),
+        max_concurrent_flows=_at_least_one(pipeline, "max_concurrent_flows", DEFAULT_MAX_CONCURRENT_FLOWS),
         sources=tuple(sources),
         tables=tables,
         conf_file=file,

@@ -46,3 +46,9 @@ class ConcurrentRunError(CdcMedallionError):
     """Another run holds the storage lock."""
 
     code = "CONCURRENT_RUN"
+
+
+class FlowFailed(CdcMedallionError):
+    """A flow's streaming query failed; the message names the flow and the first line of why."""
+
+    code = "FLOW_FAILED"

@@ -1,16 +1,19 @@
-"""Fault injection for crash tests: die with SIGKILL at a commit point.
+"""Fault injection for crash tests: die with SIGKILL at a commit point, or a moment after it.
 
 CDC_MEDALLION_KILL_AT=N kills the process at the N-th point (counting both the "before" and the
-"after" point of every Delta commit); CDC_MEDALLION_KILL_WHERE=TEXT kills it at the first point
-whose description contains TEXT (e.g. "after append to silver_s_quarantine"). Unset, this costs
-two dict lookups. It exists so tests can prove that a run killed anywhere and re-run loses and
-duplicates nothing.
+"after" point of every Delta write and every micro-batch); CDC_MEDALLION_KILL_WHERE=TEXT kills it
+at the first point whose description contains TEXT (e.g. "after append to silver_s_quarantine").
+With CDC_MEDALLION_KILL_DELAY_MS=D the kill comes D milliseconds after the point, from another
+thread, while the work that follows the point (a MERGE, the checkpoint's commit) is under way.
+Unset, this costs two dict lookups. It exists so tests can prove that a run killed anywhere and
+re-run loses and duplicates nothing.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 
 _count = 0
 
@@ -23,5 +26,12 @@ def commit_point(where: str) -> None:
         return
     _count += 1
     if (target and _count == int(target)) or (text and text in where):
-        print(f"[fault injection] SIGKILL at commit point {_count} ({where})", flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+        delay = int(os.environ.get("CDC_MEDALLION_KILL_DELAY_MS") or 0)
+        when = f" + {delay} ms" if delay else ""
+        print(f"[fault injection] SIGKILL at commit point {_count}{when} ({where})", flush=True)
+        if delay:
+            timer = threading.Timer(delay / 1000, os.kill, (os.getpid(), signal.SIGKILL))
+            timer.daemon = True  # a run that ends first ends as it would have
+            timer.start()
+        else:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -16,7 +16,7 @@ from cdc_medallion.config import PipelineConf
 from cdc_medallion.discovery import Discovery, discover
 from cdc_medallion.runner.local import LocalRunner, Progress, StorageLock, UpdateResult
 from cdc_medallion.spark import get_spark
-from cdc_medallion.storage.delta_rs import DeltaRsStore
+from cdc_medallion.storage.delta_store import DeltaStore
 
 
 @dataclass
@@ -34,13 +34,16 @@ def run_pipeline(
     progress: Progress | None = None,
     quality: bool = False,
     great_expectations: bool = True,
+    continuous: bool = False,
 ) -> RunSummary:
     """Run the conf's pipeline (one or two updates). With `quality`, then check that every
     bronze message is accounted for and (with `great_expectations`) run the GX suites and build
-    their Data Docs; the results go to the event log (`cdc-medallion run` does this by default)."""
+    their Data Docs; the results go to the event log (`cdc-medallion run` does this by default).
+    `continuous`: the second update keeps every flow running until the process is stopped (the
+    tables gold has are those known when it started)."""
     spark = spark or get_spark()
     say = progress or (lambda _line: None)
-    store = DeltaRsStore(conf.storage, spark)
+    store = DeltaStore(conf.storage, spark)
     summary = RunSummary()
     with StorageLock(store.root):
         if full_refresh:
@@ -52,7 +55,7 @@ def run_pipeline(
         summary.updates.append(_update(conf, Discovery(tables=(), unconfigured=()), spark, progress))
         after = discover(store, conf)
         say(f"applying changes to {len(after.gold_tables())} table(s)")
-        summary.updates.append(_update(conf, after, spark, progress))
+        summary.updates.append(_update(conf, after, spark, progress, continuous))
         summary.discovery = after
         if quality:
             from cdc_medallion.quality.checks import run_quality_checks
@@ -67,6 +70,8 @@ def run_pipeline(
     return summary
 
 
-def _update(conf: PipelineConf, found: Discovery, spark: SparkSession, progress: Progress | None) -> UpdateResult:
+def _update(
+    conf: PipelineConf, found: Discovery, spark: SparkSession, progress: Progress | None, continuous: bool = False
+) -> UpdateResult:
     declared = replace(conf, tables=found.tables)
-    return LocalRunner(declared, spark, progress).update(lock=False)
+    return LocalRunner(declared, spark, progress).update(lock=False, continuous=continuous)

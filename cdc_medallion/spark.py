@@ -1,4 +1,9 @@
-"""One shared local Spark session, configured for this machine (DESIGN §3)."""
+"""One shared Spark session with Delta Lake, Spark's Kafka source and Avro functions.
+
+The runner runs on whatever master `CDC_MEDALLION_SPARK_MASTER` names: `local[2]` by default,
+or a cluster (`spark://host:7077`, `k8s://...`, `yarn`), whose executors then need the storage
+root on a shared file system or an object store.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +13,33 @@ import sys
 from pyspark.sql import SparkSession
 
 from cdc_medallion.errors import ConfigError
+from cdc_medallion.jars import cached_jars, packages
 
 LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+DEFAULT_MASTER = "local[2]"
+
+
+def spark_master() -> str:
+    return os.environ.get("CDC_MEDALLION_SPARK_MASTER", DEFAULT_MASTER)
 
 
 def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
-    """Return the active session or start a local one.
+    """Return the active session or start one.
 
-    PYSPARK_PYTHON must point at this interpreter or Python workers use the system one;
-    SPARK_LOCAL_IP avoids a hostname warning. Shuffle partitions are small because runs are
-    micro-batches on two cores, not cluster jobs. A 1.5 GiB heap suffices because batches are
-    bounded in bytes and rows (`max_bytes_per_batch`); a bigger one only made the JVM's RSS grow
-    to it, at the same speed. The serial collector and two malloc arenas keep the JVM's RSS near
-    its heap: G1's concurrent threads and per-thread arenas added about 0.3 GiB on two cores, at
-    no gain in speed (bench, the k = 100k increment into 1M rows: JVM 1.9 against 2.2 GiB,
-    28 s both). DataFrame debugging is off: with it, every Column a
-    Python expression builds also records its Python call site in the JVM, about five more
-    round trips each, and a gold flow builds hundreds (bench, 20 tables: gold 53 -> 47 s).
-    CDC_MEDALLION_SPARK_CONF adds settings ("spark.a=1 spark.b=2").
+    Why each setting:
+    - PYSPARK_PYTHON is this interpreter, or Python workers would use the system one; binding to
+      127.0.0.1 avoids a hostname warning.
+    - The jars come from the folder `make setup` filled (`jars.py`), else Spark fetches them.
+    - Small shuffle and Delta snapshot partition counts, and no adaptive execution: updates are
+      micro-batches on a few cores. Every idempotent Delta write reads the table's log state
+      (to find the writing query's last batch), a Spark job of its own; with Delta's default of
+      50 partitions and adaptive execution's extra stages, that job was most of a small write.
+    - The driver's heap is bounded (batches are bounded in rows and bytes); the serial collector
+      and two malloc arenas keep the JVM's resident memory near its heap.
+    - DataFrame debugging off: with it each Python Column records its call site in the JVM,
+      several round trips per expression.
+    - RocksDB holds the state of the stateful format parsers (held messages), off the heap.
+    - CDC_MEDALLION_SPARK_CONF adds settings ("spark.a=1 spark.b=2").
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -36,18 +50,31 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
     os.environ.setdefault("MALLOC_ARENA_MAX", "2")  # read by the JVM's C library when it starts
     builder = (
         SparkSession.builder.appName(app_name)
-        .master(os.environ.get("CDC_MEDALLION_SPARK_MASTER", "local[2]"))
+        .master(spark_master())
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{LOG4J} -XX:+UseSerialGC")
         .config("spark.sql.shuffle.partitions", os.environ.get("CDC_MEDALLION_SHUFFLE_PARTITIONS", "4"))
+        .config("spark.databricks.delta.snapshotPartitions", "1")
+        .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", os.environ.get("CDC_MEDALLION_DRIVER_MEMORY", "1536m"))
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "cdc-medallion-warehouse"))
     )
+    jars = cached_jars()
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    else:
+        builder = builder.config("spark.jars.packages", ",".join(packages()))
     for setting in os.environ.get("CDC_MEDALLION_SPARK_CONF", "").split():
         key, sep, value = setting.partition("=")
         if not sep or not key.startswith("spark."):
@@ -55,4 +82,12 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    register_sources(spark)
     return spark
+
+
+def register_sources(spark: SparkSession) -> None:
+    """Our Python data sources, by the names the runner reads them with."""
+    from cdc_medallion.sources.files import FileSource
+
+    spark.dataSource.register(FileSource)

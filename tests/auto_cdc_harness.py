@@ -10,16 +10,16 @@ from pyspark.sql.types import StructType
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
 from cdc_medallion.runner.auto_cdc import AutoCdcApplier
-from cdc_medallion.storage.delta_rs import DeltaRsStore
+from cdc_medallion.storage.delta_store import DeltaStore, Txn
 
 
 def apply_batches(spark: Any, root: Path, flow: AutoCdcFlow, batches: list[list[tuple]], schema: StructType) -> None:
-    store = DeltaRsStore(root, spark)
+    store = DeltaStore(root, spark)
     for version, batch in enumerate(batches):
-        AutoCdcApplier(store, flow, {}, driver_rows=0).apply(spark.createDataFrame(batch, schema), {"t<-v": version})
+        AutoCdcApplier(store, flow, {}).apply(spark.createDataFrame(batch, schema), Txn("t<-v", version))
 
 
 def target_rows(spark: Any, root: Path, flow: AutoCdcFlow) -> list[tuple]:
     """The target's rows as tuples in its column order, sorted."""
-    table = DeltaRsStore(root, spark).table(flow.target).to_pyarrow_table()
-    return sorted((tuple(r.values()) for r in table.to_pylist()), key=repr)
+    rows = DeltaStore(root, spark).read(flow.target).collect()
+    return sorted((tuple(r) for r in rows), key=repr)

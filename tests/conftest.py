@@ -12,6 +12,25 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Test batches are a few rows, where compiling each query's generated code costs more than
+# running it; interpreted, the suite takes about a fifth less. The engine's work is the same.
+# The suite creates thousands of small tables in one JVM: Delta keeps each table's log and its
+# cached state until 10,000 are open; 64 keep the driver's memory flat.
+os.environ.setdefault(
+    "CDC_MEDALLION_SPARK_CONF",
+    "spark.sql.codegen.wholeStage=false spark.sql.codegen.factoryMode=NO_CODEGEN"
+    " spark.databricks.delta.delta.log.cacheSize=64",
+)
+
+# Test batches are a few rows: two shuffle partitions (one per core) instead of four halve the
+# tasks of every shuffle.
+os.environ.setdefault("CDC_MEDALLION_SHUFFLE_PARTITIONS", "2")
+
+# pytest-xdist runs tests in workers whose `__main__` has neither `__spec__` nor `__file__`, which
+# pyspark.sql.connect (imported by Great Expectations) takes for a doctest run and exits on.
+_main = sys.modules["__main__"]
+if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
+    _main.__file__ = "<pytest-xdist worker>"
 
 
 @pytest.fixture(scope="session")

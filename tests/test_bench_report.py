@@ -1,4 +1,5 @@
-"""The bench report's verdicts: the driver-memory target is set for 10M events."""
+"""The bench report's verdicts (the driver-memory target is set for 10M events), what it shows
+per part, and the old-against-new comparison (bench/compare.py)."""
 
 from __future__ import annotations
 
@@ -69,8 +70,9 @@ def test_the_many_tables_section_shows_the_small_update_when_it_was_measured():
     assert "| 200 | 63.2 | 31.6 | — | — |" in text and "last" not in text
 
 
-def test_the_incremental_section_prices_the_spark_route_when_it_was_measured():
-    """The 10M increment goes to Spark while the 1M one may not: the report says which is which."""
+def test_the_incremental_section_gives_both_runs_and_the_ratio():
+    """One route now: the two runs, their ratio; results of the old harness (with the driver's
+    route priced apart) still render, without that route."""
     head = report_head("incremental")
 
     def run(rows: int, seconds: float) -> dict:
@@ -80,15 +82,30 @@ def test_the_incremental_section_prices_the_spark_route_when_it_was_measured():
     both = {"runs": {"1000": run(1000, 10.0), "10000": run(10000, 30.0)}}
     ratios = {"incremental_cost_ratio_10x_table": 3.0, "gold_cost_ratio_10x_table": 3.857}
     text = markdown(head | {"incremental": both | ratios}, None)
-    assert "| 10,000 | 100 | 9.0 | 30.0 | 27.0 |" in text and "all in Spark" not in text
-    spark_route = {
-        "spark_route": run(1000, 20.0),
-        "incremental_cost_ratio_10x_table_spark_route": 1.5,
-        "gold_cost_ratio_10x_table_spark_route": 1.588,
+    assert "| 10,000 | 100 | 9.0 | 30.0 | 27.0 |" in text and "| 1,000 | 100 | 9.0 | 10.0 | 7.0 |" in text
+    assert "whole increment 3.0, gold stage 3.857." in text
+    old = {"spark_route": run(1000, 20.0), "incremental_cost_ratio_10x_table_spark_route": 1.5}
+    text = markdown(head | {"incremental": both | ratios | old}, None)
+    assert "all in Spark" not in text and "driver_apply_max_rows" not in text and "20.0" not in text
+
+
+def test_growth_shows_stages_and_cold_start_its_median():
+    head = report_head("growth") | {"parts": ["cold", "growth"]}
+    memory = {"driver_gib": 1.2}
+    growth = {
+        "1000": {"seconds": 6.0, "stages_s": {"bronze": 1.0, "silver": 2.0, "gold": 3.0}, "events_per_s": 166.7},
+        "100": {"seconds": 2.0, "events_per_s": 50.0},  # the old harness kept the total only
     }
-    text = markdown(head | {"incremental": both | ratios | spark_route}, None)
-    assert "| 1,000, all in Spark | 100 | 9.0 | 20.0 | 17.0 |" in text
-    assert "whole increment 1.5, gold stage 1.588." in text
+    growth = {size: r | {"memory": memory, "events": int(size)} for size, r in growth.items()}
+    cold = {"messages": 10, "format": "debezium-json", "seconds": 11.2, "runs_s": [12.0, 11.2, 10.9]}
+    cold |= {"spark_start_s": 6.1, "spark_start_runs_s": [6.1, 6.0, 6.3]}
+    engine = {"root": "/work/main", "commit": "abc1234", "max_concurrent_flows": 1}
+    text = markdown(head | {"growth": growth, "cold": cold, "engine": engine}, None)
+    assert "| 1,000 | 6.0 | 1.0 | 2.0 | 3.0 | 167 | 1.2 |" in text
+    assert "| 100 | 2.0 | — | — | — | 50 | 1.2 |" in text
+    assert "| `cold_ingest_s` | 11.2 |" in text and "11.2 s, the median of 12.0 s, 11.2 s, 10.9 s" in text
+    assert "only starts Spark and counts one row: 6.1 s (6.1 s, 6.0 s, 6.3 s)" in text
+    assert "Engine: `abc1234` at /work/main; streaming queries 1 at a time" in text
 
 
 def test_the_formats_section_shows_the_python_hand_off_floor_when_it_was_measured():
@@ -131,3 +148,59 @@ def test_the_formats_section_shows_the_python_hand_off_floor_when_it_was_measure
     text = markdown(older, None)
     assert "| 0.1 | 0.6 | 0.9 | — | 0.6 | — | 0.2 |" in text
     assert "python_handoff" not in text and "Python hand-off is bronze" not in text
+
+
+def test_compare_sets_old_and_new_side_by_side_and_flags_regressions():
+    """Only what both harnesses write is read: the old growth part may lack stages, the new has a
+    cold part the old does not (given as a number), and a carried part is left out."""
+    from bench.compare import markdown as compare
+    from bench.compare import rows
+
+    def increment(rows_: int, gold: float) -> dict:
+        stages = {"bronze": 1.0, "silver": 2.0, "gold": gold}
+        return {"rows": rows_, "changes": 100, "load_s": 50.0, "increment_s": 3.0 + gold, "increment_stages_s": stages}
+
+    old = {
+        "date": "old",
+        "n": 1000,
+        "growth": {"1000": {"seconds": 10.0}},
+        "incremental": {
+            "runs": {"1000": increment(1000, 4.0), "10000": increment(10000, 12.0)},
+            "incremental_cost_ratio_10x_table": 2.143,
+            "gold_cost_ratio_10x_table": 3.0,
+            "spark_route": increment(1000, 6.0),
+        },
+        "formats": {"debezium-json": {"end_to_end_s": 1.0}},
+        "carried_from": {"formats": {"date": "earlier", "n": 20000}},
+    }
+    new = {
+        "date": "new",
+        "n": 1000,
+        "engine": {"commit": "abc1234"},
+        "cold": {"messages": 10, "seconds": 9.0, "runs_s": [9.0, 9.0, 9.1], "spark_start_s": 5.0},
+        "growth": {"1000": {"seconds": 13.0, "stages_s": {"bronze": 1.0, "silver": 5.0, "gold": 7.0}}},
+        "incremental": {
+            "runs": {"1000": increment(1000, 3.0), "10000": increment(10000, 4.0)},
+            "incremental_cost_ratio_10x_table": 1.167,
+            "gold_cost_ratio_10x_table": 1.333,
+        },
+        "formats": {"debezium-json": {"end_to_end_s": 9.0}},
+    }
+    table = {(r.part, r.case, r.stage): r for r in rows(old, new, old_cold=12.0)}
+    assert table["cold", "ingest of 10 messages, fresh process", "process"].ratio == 0.75
+    assert table["cold", "a process that only starts Spark", "process"].new == 5.0
+    growth = table["growth", "1,000 changes", "end to end"]
+    assert (growth.old, growth.new, growth.ratio, growth.regression) == (10.0, 13.0, 1.3, True)
+    assert (
+        table["growth", "1,000 changes", "gold"].old is None and not table["growth", "1,000 changes", "gold"].regression
+    )
+    gold = table["incremental", "100 changes into 10,000 rows", "gold"]
+    assert (gold.old, gold.new, gold.ratio, gold.regression) == (12.0, 4.0, 0.33, False)
+    assert not any(part == "formats" for part, _, _ in table)  # the old file carries it
+    text = compare(old, new, old_cold=12.0)
+    assert "| growth | 1,000 changes | end to end | 10 | 13 | 1.3 | **regression** |" in text
+    assert "| growth | 1,000 changes | gold | — | 7 | — |  |" in text
+    assert "| 2.143 (MISSED) | 1.167 (met) | ≤ 1.5 |" in text
+    assert "- old: `formats`, carried from earlier" in text and "1 regression(s) over 25 %" in text
+    included = {(r.part, r.stage): r for r in rows(old, new, include_carried=True)}
+    assert included["formats", "end to end"].ratio == 9.0

@@ -18,6 +18,9 @@ import yaml
 from cdc_medallion.config import load_conf
 from cdc_medallion.formats import get_format
 
+# One worker builds this module's shared storage once (make test runs pytest-xdist).
+pytestmark = pytest.mark.xdist_group("bundle")
+
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = REPO.parent / "shared" / "schemas" / "databricks-bundle.schema.json"
 BUNDLE = REPO / "databricks.yml"

@@ -12,6 +12,9 @@ import pytest
 
 from tests.conftest import shared_path
 
+# One worker builds this module's shared storage once (make test runs pytest-xdist).
+pytestmark = pytest.mark.xdist_group("cli")
+
 ENV = {**os.environ, "PYSPARK_PYTHON": sys.executable}
 
 

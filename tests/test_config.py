@@ -37,7 +37,7 @@ def test_valid_conf_is_typed(tmp_path):
     assert conf.sources[0].input.layout == "json-lines"
     assert conf.tables[0].columns == {"id": "int", "amount": "decimal(9,2)", "name": "string"}
     assert conf.tables[0].gold_name == "gold_t"
-    assert conf.driver_apply_max_rows == 200_000
+    assert conf.max_concurrent_flows == 4
 
 
 @pytest.mark.parametrize(
@@ -52,8 +52,8 @@ def test_valid_conf_is_typed(tmp_path):
         (("name: VARCHAR(20)", "name: WIBBLE"), "key 'tables[0].columns': name: [INVALID_CONFIG] unknown column type"),
         (("  - name: s\n", "  - name: 's; DROP'\n"), "key 'sources[0].name': 's; DROP' is not a safe identifier"),
         (
-            ("  name: p\n", "  name: p\n  driver_apply_max_rows: -1\n"),
-            "key 'pipeline.driver_apply_max_rows': must be 0 (always Spark) or more, got -1",
+            ("  name: p\n", "  name: p\n  max_concurrent_flows: 0\n"),
+            "key 'pipeline.max_concurrent_flows': must be 1 or more, got 0",
         ),
     ],
 )

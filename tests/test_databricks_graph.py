@@ -942,7 +942,7 @@ def test_kafka_rows_land_as_the_local_kafka_dump_lands_them(spark, tmp_path):
     }
     dump.write_text(json.dumps(line) + "\n", encoding="utf-8")
     source = SourceConf(name="shop", format="debezium-json", input=InputConf(path=dump, layout="kafka-dump"))
-    landed = spark.createDataFrame(FileLanding(source, 10).next_batch(lambda _: None).to_arrow(), schema=BRONZE_SCHEMA)
+    landed = spark.createDataFrame(FileLanding(source, 10).next_batch().to_arrow(), schema=BRONZE_SCHEMA)
     kafka_columns = [
         "key",
         "value",

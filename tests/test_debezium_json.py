@@ -134,9 +134,9 @@ def test_fixture_types_follow_the_envelope_schema(spark, storage):
     path = shared_path("fixtures", "debezium-json", "apache_flink__debezium-data-schema-include.txt")
     ingest(spark, "debezium-json", path, storage, keys={"products": "id"})
     store_rows = gold_rows(spark, storage, "products", 1)
-    from cdc_medallion.storage.delta_rs import DeltaRsStore
+    from cdc_medallion.storage.delta_store import DeltaStore
 
-    schema = DeltaRsStore(storage, spark).spark_schema("gold_products")
+    schema = DeltaStore(storage, spark).schema("gold_products")
     assert schema["weight"].dataType.simpleString() == "double"
     assert schema["id"].dataType.simpleString() == "int"
     assert {r["id"]: r["weight"] for r in store_rows}[101] == 3.140000104904175

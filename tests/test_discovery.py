@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import replace
 from pathlib import Path
-
-import pytest
 
 from cdc_medallion.adhoc import adhoc_conf
 from cdc_medallion.discovery import discover
@@ -16,7 +13,7 @@ from cdc_medallion.generator.history import generate_history
 from cdc_medallion.generator.renderers import render
 from cdc_medallion.layers import silver_name
 from cdc_medallion.pipeline import run_pipeline
-from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore
+from cdc_medallion.storage.delta_store import STATE_DIR, DeltaStore
 
 
 def _split_feed(path: Path) -> bytes:
@@ -33,7 +30,7 @@ def test_discovery_scans_only_new_silver_and_agrees_with_a_full_scan(spark, tmp_
     assert rendered.path.is_file()
     rest = _split_feed(rendered.path)
     conf = adhoc_conf("debezium-json", rendered.path, tmp_path / "storage", [], [])
-    store = DeltaRsStore(conf.storage, spark)
+    store = DeltaStore(conf.storage, spark)
     cache = conf.storage / STATE_DIR / "_discovery" / f"{silver_name(conf.sources[0].name)}.json"
 
     first = run_pipeline(conf, spark=spark)
@@ -54,7 +51,7 @@ def test_a_discovery_cache_from_another_silver_is_not_trusted(spark, tmp_path):
     rendered = render(history, "debezium-json", tmp_path / "in")
     conf = adhoc_conf("debezium-json", rendered.path, tmp_path / "storage", [], [])
     run_pipeline(conf, spark=spark)
-    store = DeltaRsStore(conf.storage, spark)
+    store = DeltaStore(conf.storage, spark)
     cache = conf.storage / STATE_DIR / "_discovery" / f"{silver_name(conf.sources[0].name)}.json"
     saved = json.loads(cache.read_text(encoding="utf-8"))
     honest = discover(store, conf)
@@ -65,31 +62,3 @@ def test_a_discovery_cache_from_another_silver_is_not_trusted(spark, tmp_path):
     assert discover(store, conf) == honest
     cache.write_text("{not json", encoding="utf-8")
     assert discover(store, conf) == honest
-
-
-@pytest.mark.parametrize("fmt", ["debezium-json", "canal-json", "maxwell-json", "dataworks-json"])
-def test_a_small_range_scanned_in_the_driver_finds_what_spark_finds(spark, tmp_path, fmt):
-    """Up to `driver_apply_max_rows` new silver rows are scanned by Arrow, more by Spark: both
-    must find the same tables, columns (order and widened types included) and keys."""
-    history = generate_history(tables=3, transactions=80, seed=5)  # with DDL, keys, deletes
-    rendered = render(history, fmt, tmp_path / "in")
-    conf = adhoc_conf(fmt, rendered.path, tmp_path / "storage", [], [])
-    run_pipeline(conf, spark=spark)
-    store = DeltaRsStore(conf.storage, spark)
-    cache = conf.storage / STATE_DIR / "_discovery"
-
-    jobs = spark.sparkContext.statusTracker()
-    shutil.rmtree(cache)
-    spark.sparkContext.setJobGroup(f"discovery-in-driver-{fmt}", "")
-    in_driver = discover(store, conf)
-    shutil.rmtree(cache)
-    spark.sparkContext.setJobGroup(f"discovery-by-spark-{fmt}", "")
-    by_spark = discover(store, replace(conf, driver_apply_max_rows=0))
-    spark.sparkContext.setJobGroup("", "")
-
-    assert jobs.getJobIdsForGroup(f"discovery-in-driver-{fmt}") == []  # no Spark job for a small range
-    assert jobs.getJobIdsForGroup(f"discovery-by-spark-{fmt}")
-
-    assert in_driver == by_spark
-    assert len(in_driver.tables) + len(in_driver.unconfigured) == 3
-    assert in_driver.tables and all(t.columns and t.keys for t in in_driver.tables)

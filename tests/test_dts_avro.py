@@ -18,7 +18,7 @@ import pytest
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats import get_format
 from cdc_medallion.formats.dts_avro import SCHEMA_FILE
-from cdc_medallion.storage.delta_rs import DeltaRsStore
+from cdc_medallion.storage.delta_store import DeltaStore
 from tests import dts_avro_builder as b
 from tests.conftest import shared_path
 from tests.helpers import datasets, gold_name, gold_rows, ingest, parse, read_rows
@@ -322,7 +322,7 @@ def test_files_layout_round_trips_every_value_type_into_typed_gold(spark, storag
     assert first["zoned"] == dt.datetime(2024, 1, 1, 0, 0)
     assert bytes(first["photo"]) == b"\x89PNG\r\n" and bytes(first["place"])[:1] == b"\x01"
     assert first["doc"] == '{"a": [1, 2]}' and first["shape"] == "POINT(1 2)" and first["nothing"] is None
-    schema = DeltaRsStore(storage, spark).spark_schema(gold_name(storage, "everything", 1))
+    schema = DeltaStore(storage, spark).schema(gold_name(storage, "everything", 1))
     types = {f.name: f.dataType.simpleString() for f in schema.fields}
     assert {c: types[c] for c in ("id", "price", "ratio", "created", "birthday", "vintage", "photo", "alarm")} == {
         "id": "bigint",

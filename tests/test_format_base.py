@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from cdc_medallion.formats import get_format
 from cdc_medallion.formats.base import messages_of
 from cdc_medallion.model import BRONZE_SCHEMA, KIND_ERROR
-from cdc_medallion.storage.delta_rs import arrow_schema
+from cdc_medallion.sources.files import BRONZE_ARROW
 from tests.helpers import message
 
 _TIMES = st.sampled_from([None, dt.datetime(2026, 1, 1, tzinfo=dt.UTC), dt.datetime(2026, 11, 22, 7, tzinfo=dt.UTC)])
@@ -38,7 +38,7 @@ _ROW = st.fixed_dictionaries(
 @given(st.lists(_ROW, max_size=40))
 def test_messages_carry_every_bronze_cell_whatever_repeats(rows):
     """Repeated and all-null columns take a shortcut into Python values: it must change nothing."""
-    batch = pa.RecordBatch.from_pylist(rows, schema=arrow_schema(BRONZE_SCHEMA))
+    batch = pa.RecordBatch.from_pylist(rows, schema=BRONZE_ARROW)
     got = list(messages_of(batch))
     assert len(got) == len(rows)
     for m, row in zip(got, rows, strict=True):

@@ -29,7 +29,7 @@ def sample_sources() -> dict[str, tuple[dict, list[bytes]]]:
     for source in load_conf(REPO / "conf" / "local.yml").sources:
         if source.format in found or source.input is None:
             continue
-        batch = FileLanding(source, max_messages=40).next_batch(lambda _app: None)
+        batch = FileLanding(source, max_messages=40).next_batch()
         found[source.format] = (dict(source.options), [v for v in batch.to_arrow().column("value").to_pylist() if v])
     return found
 

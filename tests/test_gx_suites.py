@@ -13,6 +13,9 @@ from cdc_medallion.model import EVENT_SCHEMA
 from cdc_medallion.quality import suites
 from cdc_medallion.quality.suites import run_suites
 
+# One worker builds this module's shared storage once (make test runs pytest-xdist).
+pytestmark = pytest.mark.xdist_group("gx_suites")
+
 
 def events(spark, rows: list[dict]):
     full = [{name: row.get(name) for name in EVENT_SCHEMA.fieldNames()} for row in rows]

@@ -21,6 +21,9 @@ from cdc_medallion.samples import expected_state
 from tests.conftest import REPO
 from tests.helpers import datasets, gold_rows, ingest, read_rows
 
+# One worker builds this module's shared storage once (make test runs pytest-xdist).
+pytestmark = pytest.mark.xdist_group("pipeline")
+
 SAMPLE = REPO / "samples" / "debezium" / "shop.jsonl"
 KEYS = {"customers": ("id",), "orders": ("order_id",), "order_lines": ("order_id", "line_no")}
 
@@ -158,7 +161,7 @@ def test_killed_between_commits_then_rerun(spark, tmp_path):
     conf = write_conf(tmp_path, storage)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "CDC_MEDALLION_SPARK_CONF": INTERPRETED}
     command = [sys.executable, "-m", "cdc_medallion.cli", "run", "--conf", str(conf), "--quiet"]
-    for point in (2, 5, 9, 14):  # bronze append, silver append, side tables, gold merges
+    for point in (5, 14):  # silver append, gold merges (tests/test_crash_safety.py kills at random points)
         result = subprocess.run(
             command, env={**env, "CDC_MEDALLION_KILL_AT": str(point)}, capture_output=True, text=True, timeout=600
         )

@@ -18,8 +18,11 @@ from cdc_medallion.config import load_conf
 from cdc_medallion.formats import format_names
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.quality.report import report_from_event_log
-from cdc_medallion.storage.delta_rs import DeltaRsStore
+from cdc_medallion.storage.delta_store import DeltaStore
 from tests.conftest import REPO
+
+# One worker builds this module's shared storage once (make test runs pytest-xdist).
+pytestmark = pytest.mark.xdist_group("quality_report")
 
 ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -275,7 +278,7 @@ def test_gx_suites_ran_and_their_data_docs_exist(planted, index):
 def test_report_from_a_databricks_style_event_log_dataframe(spark, planted):
     """The function the Databricks job uses: event log DataFrame (+ quarantine, heartbeats) -> HTML."""
     conf, _, _ = planted
-    store = DeltaRsStore(conf.storage, spark)
+    store = DeltaStore(conf.storage, spark)
     html = report_from_event_log(
         store.read("_system/event_log"),
         quarantine={"silver_bank_quarantine": store.read("silver_bank_quarantine")},
@@ -342,7 +345,7 @@ def test_report_renders_in_headless_chromium(planted):
 def test_cli_report_from_an_event_log_table(spark, planted, tmp_path, capsys):
     """What the Databricks job runs: `report --event-log-table NAME --output DIR`."""
     conf, _, _ = planted
-    DeltaRsStore(conf.storage, spark).read("_system/event_log").createOrReplaceTempView("planted_event_log")
+    DeltaStore(conf.storage, spark).read("_system/event_log").createOrReplaceTempView("planted_event_log")
     assert main(["report", "--event-log-table", "planted_event_log", "--output", str(tmp_path / "job")]) == 0
     assert str(tmp_path / "job" / "index.html") in capsys.readouterr().out
     page = elements((tmp_path / "job" / "index.html").read_text(encoding="utf-8"))

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from cdc_medallion.config import load_conf
-from cdc_medallion.errors import ExpectationFailed, GraphError
+from cdc_medallion.errors import CdcMedallionError, ExpectationFailed, GraphError
 from cdc_medallion.runner import expectations
 from cdc_medallion.runner.auto_cdc import AutoCdcApplier
+from cdc_medallion.runner.event_log import EVENT_LOG
 from cdc_medallion.runner.local import LocalRunner
-from cdc_medallion.storage.delta_rs import DeltaRsStore
+from cdc_medallion.storage.delta_store import DeltaStore
 from tests.helpers import datasets, read_rows
 
 PIPELINE_HEAD = """
@@ -36,15 +37,7 @@ def changes():
 """
 
 
-@pytest.fixture(params=[100_000, 3, 0], ids=["small-in-driver", "over-a-limit-of-3", "all-by-spark"])
-def driver_rows(request) -> int:
-    """`driver_apply_max_rows`: batches handled in the driver (all, some, none) give what Spark gives."""
-    return request.param
-
-
-def make_pipeline(
-    tmp_path: Path, body: str, rows: list[dict], driver_rows: int | None = None, batch: int | None = None
-) -> tuple[LocalRunner, Path]:
+def make_pipeline(tmp_path: Path, body: str, rows: list[dict], batch: int | None = None) -> tuple[LocalRunner, Path]:
     folder = tmp_path / "transformations"
     folder.mkdir(exist_ok=True)
     (folder / "pipeline.py").write_text(PIPELINE_HEAD + textwrap.dedent(body), encoding="utf-8")
@@ -53,7 +46,6 @@ def make_pipeline(
     conf = tmp_path / "conf.yml"
     conf.write_text(
         f"pipeline: {{name: t, storage: {tmp_path / 'storage'}, transformations: {folder}, expectations: {tmp_path}"
-        + ("" if driver_rows is None else f", driver_apply_max_rows: {driver_rows}")
         + ("" if batch is None else f", max_messages_per_batch: {batch}")
         + "}\n"
         f"sources: [{{name: s, format: debezium-json, input: {{path: {data}}}}}]\n",
@@ -71,7 +63,7 @@ def row(id: int, seq: int, name: str | None = "n", city: str | None = "c", op: s
     return {"id": id, "name": name, "city": city, "seq": seq, "op": op}
 
 
-def test_scd2_tracks_only_the_listed_columns_and_updates_the_rest_in_place(spark, tmp_path, driver_rows):
+def test_scd2_tracks_only_the_listed_columns_and_updates_the_rest_in_place(spark, tmp_path):
     runner, storage = make_pipeline(
         tmp_path,
         """
@@ -81,7 +73,6 @@ def test_scd2_tracks_only_the_listed_columns_and_updates_the_rest_in_place(spark
                                 stored_as_scd_type=2, track_history_column_list=["name"])
     """,
         [row(1, 1, "ann", "oslo"), row(1, 2, "ann", "rome"), row(1, 3, "anne", "rome"), row(1, 4, op="D")],
-        driver_rows=driver_rows,
     )
     runner.update()
     history = sorted(read_rows(spark, storage, "people"), key=lambda r: r["__START_AT"])
@@ -92,7 +83,7 @@ def test_scd2_tracks_only_the_listed_columns_and_updates_the_rest_in_place(spark
     assert set(history[0]) == {"id", "name", "city", "__START_AT", "__END_AT"}
 
 
-def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path, driver_rows):
+def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path):
     runner, storage = make_pipeline(
         tmp_path,
         """
@@ -102,7 +93,6 @@ def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path, driv
                                 ignore_null_updates=True)
     """,
         [row(1, 1, "ann", "oslo"), row(2, 2, "bob", "bergen"), row(1, 3, None, "rome")],
-        driver_rows=driver_rows,
     )
     runner.update()
     assert {r["id"]: (r["name"], r["city"]) for r in read_rows(spark, storage, "people")} == {
@@ -119,7 +109,7 @@ def test_scd1_truncate_column_list_and_ignore_null_updates(spark, tmp_path, driv
     assert {r["id"]: r["name"] for r in read_rows(spark, storage, "people")} == {3: "cy", 4: "di"}
 
 
-def test_truncates_by_timestamp_sequence_stored_and_new_in_one_batch(spark, tmp_path, driver_rows):
+def test_truncates_by_timestamp_sequence_stored_and_new_in_one_batch(spark, tmp_path):
     """A batch holding a new truncate meets the one stored by an earlier batch: both are the
     same kind of timestamp, read back from the state table as Spark collects them."""
     runner, storage = make_pipeline(
@@ -131,7 +121,6 @@ def test_truncates_by_timestamp_sequence_stored_and_new_in_one_batch(spark, tmp_
                                 apply_as_truncates="op = 'T'", except_column_list=["op", "seq"])
     """,
         [row(1, 1, "ann"), row(0, 10, op="T"), row(2, 11, "bob")],
-        driver_rows=driver_rows,
     )
     runner.update()
     append(tmp_path, [row(0, 20, op="T"), row(3, 21, "cy"), row(1, 8, "late")])
@@ -157,7 +146,6 @@ def test_a_batch_rebuilds_only_the_keys_it_touches_by_either_join(spark, tmp_pat
                                 stored_as_scd_type=2)
     """,
         [row(1, 1, "ann"), row(2, 2, "bob"), row(3, 3, "cy")],
-        driver_rows=0,  # the joins are Spark's
     )
     runner.update()
     append(tmp_path, [row(2, 5, "bo"), row(3, 6, op="D"), row(2, 4, "late"), row(4, 7, "di")])
@@ -177,7 +165,7 @@ def test_a_batch_rebuilds_only_the_keys_it_touches_by_either_join(spark, tmp_pat
     ]
 
 
-def test_scd2_writes_only_the_versions_a_batch_changed(spark, tmp_path, driver_rows):
+def test_scd2_writes_only_the_versions_a_batch_changed(spark, tmp_path):
     """A redelivered event rewrites nothing; a late event rewrites only the versions around it."""
     runner, storage = make_pipeline(
         tmp_path,
@@ -188,7 +176,6 @@ def test_scd2_writes_only_the_versions_a_batch_changed(spark, tmp_path, driver_r
                                 stored_as_scd_type=2)
     """,
         [row(1, 1, "ann"), row(2, 2, "bob"), row(3, 3, "cy"), row(5, 8, "eve")],
-        driver_rows=driver_rows,
     )
     runner.update()
     append(
@@ -237,16 +224,20 @@ dp.create_auto_cdc_flow(target="people_history", source="stamped", keys=["id"], 
 """
 
 
-def test_both_auto_cdc_flows_apply_one_evaluation_of_their_view(spark, tmp_path, driver_rows):
-    """SCD1 and SCD2 reading the same range of one view in an update share its evaluation (parsed,
-    checked and counted once); a flow that is behind reads its own range; nothing stays cached."""
-    persisted = spark.sparkContext._jsc.sc().getPersistentRDDs()
-    cached_before = persisted.size()
+def cached_by_us(spark) -> set[int]:
+    """The persisted RDDs, less Delta's own cache of each table's log state (Delta evicts it)."""
+    persisted = spark.sparkContext._jsc.getPersistentRDDs()
+    return {k for k, rdd in persisted.items() if not (rdd.name() or "").startswith("Delta Table State")}
+
+
+def test_both_auto_cdc_flows_apply_one_evaluation_of_their_view(spark, tmp_path):
+    """SCD1 and SCD2 reading one view share each batch's evaluation (parsed, checked and counted
+    once); nothing stays cached."""
+    cached_before = cached_by_us(spark)
     runner, storage = make_pipeline(
         tmp_path,
         SHARED_VIEW_FLOWS + HISTORY_FLOW,
         [row(1, 1, "ann"), row(2, 2, None), row(3, 3, "cy")],
-        driver_rows=driver_rows,
     )
     runner.update()
     current = {r["id"]: r["stamp"] for r in read_rows(spark, storage, "people")}
@@ -259,13 +250,11 @@ def test_both_auto_cdc_flows_apply_one_evaluation_of_their_view(spark, tmp_path,
         if progress["data_quality"]["expectations"]
     ]
     assert counts == [{"named": (2, 1)}, {"named": (2, 1)}]  # each flow still reports what it applied
-    assert spark.sparkContext._jsc.sc().getPersistentRDDs().size() == cached_before
+    assert cached_by_us(spark) == cached_before
 
     # The history flow joins later: it reads everything, the current-state flow only the new row.
     (tmp_path / "late").mkdir()
-    runner, storage = make_pipeline(
-        tmp_path / "late", SHARED_VIEW_FLOWS, [row(1, 1, "ann"), row(2, 2, "bob")], driver_rows=driver_rows
-    )
+    runner, storage = make_pipeline(tmp_path / "late", SHARED_VIEW_FLOWS, [row(1, 1, "ann"), row(2, 2, "bob")])
     runner.update()
     append(tmp_path / "late", [row(1, 3, "anne")])
     (tmp_path / "late" / "transformations" / "pipeline.py").write_text(
@@ -280,11 +269,13 @@ def test_both_auto_cdc_flows_apply_one_evaluation_of_their_view(spark, tmp_path,
         (1, "anne", 3, None),
         (2, "bob", 2, None),
     ]
-    assert current[1][0] == "anne" and current[1][1] != versions[1]["stamp"]  # read apart, evaluated apart
-    assert spark.sparkContext._jsc.sc().getPersistentRDDs().size() == cached_before
+    # The view's readers changed, so their query is a new one: it reads the view from the start,
+    # once for both flows (the current state comes out the same).
+    assert current[1][0] == "anne" and current[1][1] == versions[1]["stamp"]
+    assert cached_by_us(spark) == cached_before
 
 
-def test_expect_or_fail_aborts_with_nothing_committed(spark, tmp_path, driver_rows):
+def test_expect_or_fail_aborts_with_nothing_committed(spark, tmp_path):
     runner, storage = make_pipeline(
         tmp_path,
         """
@@ -294,7 +285,6 @@ def test_expect_or_fail_aborts_with_nothing_committed(spark, tmp_path, driver_ro
             return dp.read_stream("changes")
     """,
         [row(1, 1), row(2, -5)],
-        driver_rows=driver_rows,
     )
     with pytest.raises(ExpectationFailed, match="seq_positive failed on 1 row"):
         runner.update()
@@ -305,7 +295,7 @@ def test_expect_or_fail_aborts_with_nothing_committed(spark, tmp_path, driver_ro
     ] == ["FAILED"]
 
 
-def test_drop_and_quarantine_counts_and_materialized_view(spark, tmp_path, driver_rows):
+def test_drop_and_quarantine_counts_and_materialized_view(spark, tmp_path):
     runner, storage = make_pipeline(
         tmp_path,
         """
@@ -321,7 +311,6 @@ def test_drop_and_quarantine_counts_and_materialized_view(spark, tmp_path, drive
             return dp.read("valid").groupBy("city").count()
     """,
         [row(1, 1), row(2, 2, name=None), row(3, 3, city=None), row(4, 4, op="X")],
-        driver_rows=driver_rows,
     )
     runner.update()
     assert sorted(r["id"] for r in read_rows(spark, storage, "valid")) == [1, 3]
@@ -334,7 +323,7 @@ def test_drop_and_quarantine_counts_and_materialized_view(spark, tmp_path, drive
     assert {r["city"]: r["count"] for r in read_rows(spark, storage, "per_city")} == {None: 1, "c": 2}
     progress = [
         json.loads(e["details"])["flow_progress"]
-        for e in read_rows(spark, storage, "event_log")
+        for e in sorted(read_rows(spark, storage, "event_log"), key=lambda e: e["timestamp"])
         if e["event_type"] == "flow_progress" and e["origin"]["dataset_name"] == "valid"
     ]
     first = {x["name"]: (x["passed_records"], x["failed_records"]) for x in progress[0]["data_quality"]["expectations"]}
@@ -342,7 +331,7 @@ def test_drop_and_quarantine_counts_and_materialized_view(spark, tmp_path, drive
     assert progress[0]["data_quality"]["dropped_records"] == 1
 
 
-def test_rules_named_with_quotes_and_constraints_with_comments(spark, tmp_path, driver_rows):
+def test_rules_named_with_quotes_and_constraints_with_comments(spark, tmp_path):
     """Rules are evaluated as one SQL expression: a name's quotes and backslashes stay text, and
     a `--` comment in one constraint does not swallow the rules after it."""
     runner, storage = make_pipeline(
@@ -355,7 +344,6 @@ def test_rules_named_with_quotes_and_constraints_with_comments(spark, tmp_path, 
             return dp.read_stream("changes")
     """,
         [row(1, 1), row(2, 2, name=None), row(3, 3, op="X"), row(4, 4, name=None, op="X")],
-        driver_rows=driver_rows,
     )
     runner.update()
     assert [r["id"] for r in read_rows(spark, storage, "valid")] == [1]
@@ -366,7 +354,7 @@ def test_rules_named_with_quotes_and_constraints_with_comments(spark, tmp_path, 
     ]
     [progress] = [
         json.loads(e["details"])["flow_progress"]
-        for e in read_rows(spark, storage, "event_log")
+        for e in sorted(read_rows(spark, storage, "event_log"), key=lambda e: e["timestamp"])
         if e["event_type"] == "flow_progress" and e["origin"]["dataset_name"] == "valid"
     ]
     counts = {x["name"]: (x["passed_records"], x["failed_records"]) for x in progress["data_quality"]["expectations"]}
@@ -387,77 +375,41 @@ for parity in ("even", "odd"):
 """
 
 
-def test_view_batches_with_no_rows_cost_no_job(spark, tmp_path, monkeypatch, driver_rows):
-    """With many tables, most tables' views hold none of a small batch's rows, and often nothing
-    is new at all. What the view's expectations counted, or a read that found nothing new,
-    already says so: no Spark job may ask again. Progress is still recorded."""
-    told: list[tuple[str, bool]] = []
-    apply = AutoCdcApplier.apply
-
-    def spied(self, batch, txns, known_empty=False):
-        told.append((self.flow.target, known_empty))
-        return apply(self, batch, txns, known_empty=known_empty)
-
-    monkeypatch.setattr(AutoCdcApplier, "apply", spied)
-    runner, storage = make_pipeline(tmp_path, PER_PARITY_FLOWS, [row(1, 1, "ann"), row(2, 2, "bob")], driver_rows)
+def test_an_update_with_nothing_new_starts_no_query_and_runs_no_job(spark, tmp_path):
+    """A query whose inputs have not changed since it last caught up is not started: with many
+    tables, most queries of most updates have nothing to do. A view batch holding none of a
+    table's rows applies nothing and commits nothing to it."""
+    runner, storage = make_pipeline(tmp_path, PER_PARITY_FLOWS, [row(1, 1, "ann"), row(2, 2, "bob")])
     runner.update()
-    assert sorted(told) == [("even_1", False), ("even_2", False), ("odd_1", False), ("odd_2", False)]
+    store = DeltaStore(storage, spark)
+    even = {name: store.version(name) for name in ("even_1", "even_2")}
 
-    told.clear()
     append(tmp_path, [row(3, 3, "cy"), row(4, 4, None)])  # an odd row, and an even one the view drops
-    runner.update()
-    assert sorted(told) == [("even_1", True), ("even_2", True), ("odd_1", False), ("odd_2", False)]
+    result = runner.update()
     assert sorted(r["id"] for r in read_rows(spark, storage, "odd_1")) == [1, 3]
     assert sorted(r["id"] for r in read_rows(spark, storage, "even_1")) == [2]
-    store = DeltaRsStore(storage, spark)
-    assert all(store.txn_version(n, f"{n}<-raw") == store.version("raw") for n in ("even_1", "even_2"))
+    assert {name: store.version(name) for name in even} == even  # nothing committed to them
+    assert result.flows["even_1"].batches == 1 and result.flows["even_1"].output_rows == 0
 
-    told.clear()
     jobs = spark.sparkContext.statusTracker()
-    spark.sparkContext.setJobGroup(f"nothing-new-{driver_rows}", "")
+    versions = {name: store.version(name) for name in ("odd_1", "odd_2", "even_1", "even_2", "changes")}
+    log_version = store.version(EVENT_LOG)
+    spark.sparkContext.setJobGroup("nothing-new", "")
     try:
-        runner.update()
+        result = runner.update()
     finally:
         spark.sparkContext.setJobGroup("", "")
-    assert told == []
-    assert jobs.getJobIdsForGroup(f"nothing-new-{driver_rows}") == []
+    # One job: the update's events appended to the event log, as Databricks records every update.
+    ran = [spark.sparkContext._jsc.sc().statusStore().job(j).name() for j in jobs.getJobIdsForGroup("nothing-new")]
+    assert len(ran) == 1 and ran[0].startswith("save"), ran
+    assert store.version(EVENT_LOG) == log_version + 1
+    assert {name: store.version(name) for name in versions} == versions
+    assert not [f for f in result.flows.values() if f.batches]
 
-    # The even flows recorded the range they found empty: a new even row is read alone.
-    append(tmp_path, [row(6, 6, "di")])
+    append(tmp_path, [row(6, 6, "di")])  # the even flows read on from where they were
     runner.update()
     assert sorted(r["id"] for r in read_rows(spark, storage, "even_1")) == [2, 6]
-    assert [r["id"] for r in read_rows(spark, storage, "even_2") if r["__END_AT"] is None] in ([2, 6], [6, 2])
-
-
-def test_views_share_one_read_of_a_small_input(spark, tmp_path, monkeypatch, driver_rows):
-    """Every table's view reads the same new silver range: when it is small, it is read into
-    the driver once per update and served to each view from memory. The rows are the files'
-    rows, and two reads of it can still be joined as two tables can."""
-    reads: list[tuple[str, str]] = []
-    for method in ("read_appended", "read_appended_arrow"):
-        original = getattr(DeltaRsStore, method)
-
-        def spied(self, name, *args, method=method, original=original, **kwargs):
-            reads.append((method, name))
-            return original(self, name, *args, **kwargs)
-
-        monkeypatch.setattr(DeltaRsStore, method, spied)
-    runner, storage = make_pipeline(tmp_path, PER_PARITY_FLOWS, [row(1, 1, "ann"), row(2, 2, "bob")], driver_rows)
-    runner.update()
-    raw = [r for r in reads if r[1] == "raw"]
-    if driver_rows == 0:  # the user asked for Spark only: every view scans the files
-        assert raw == [("read_appended", "raw")] * 4
-    else:
-        assert raw == [("read_appended_arrow", "raw")]
-    assert sorted(r["id"] for r in read_rows(spark, storage, "odd_2")) == [1]
-    assert sorted(r["id"] for r in read_rows(spark, storage, "even_1")) == [2]
-
-    store = DeltaRsStore(storage, spark)
-    read = ("raw", None, store.version("raw"))
-    left, right = runner.shared_read(read), runner.shared_read(read)
-    assert sorted(map(tuple, left.collect())) == sorted(map(tuple, store.read_appended(*read).collect()))
-    joined = left.join(right, left["_line"] == right["_line"]).select(left["value"], right["value"].alias("v"))
-    assert joined.count() == 2
+    assert sorted(r["id"] for r in read_rows(spark, storage, "even_2") if r["__END_AT"] is None) == [2, 6]
 
 
 # One view read by two flows, as gold's SCD1 and SCD2 flows read a table's view.
@@ -471,25 +423,28 @@ for scd in (1, 2):
 """
 
 
-def test_a_backlog_checks_each_view_batch_once_for_both_flows(spark, tmp_path, monkeypatch, driver_rows):
-    """Gold's SCD1 and SCD2 flows read one view. Through a backlog they run batch by batch in
-    turn, so the second reads the batch the first checked instead of checking it again (one
-    after the other, every batch but the last was checked twice)."""
+def test_a_backlog_checks_each_view_batch_once_for_both_flows(spark, tmp_path, monkeypatch):
+    """Gold's SCD1 and SCD2 flows read one view: they run as one query, so each batch of the view
+    is checked once and applied by both, batch by batch through a backlog."""
     checked: list[str] = []
-    mark = expectations.mark
+    split = expectations.split
 
-    def spied(df, rules, name):
+    def spied(marked, rules, name):
         checked.append(name)
-        return mark(df, rules, name)
+        return split(marked, rules, name)
 
-    monkeypatch.setattr(expectations, "mark", spied)
+    monkeypatch.setattr(expectations, "split", spied)
     rows = [row(i % 3, i, f"n{i}") for i in range(1, 7)] + [row(1, 7, None)]
-    runner, storage = make_pipeline(tmp_path, NAMED_VIEW_FLOWS, rows, driver_rows, batch=2)
-    runner.update()
-    assert checked.count("named") == 4  # 7 messages in batches of 2
-    assert runner.result.flows["people_1"].batches == runner.result.flows["people_2"].batches == 4
+    runner, storage = make_pipeline(tmp_path, NAMED_VIEW_FLOWS, rows, batch=2)
+    for piece in range(3):  # three updates, each leaving a batch for the gold query
+        if piece:
+            append(tmp_path, [row(3, 10 + piece, f"m{piece}")])
+        runner.update()
+        batches = runner.result.flows["people_1"].batches
+        assert batches == runner.result.flows["people_2"].batches == checked.count("named") == 1
+        checked.clear()
     current = {r["id"]: r["name"] for r in read_rows(spark, storage, "people_1")}
-    assert current == {0: "n6", 1: "n4", 2: "n5"}
+    assert current == {0: "n6", 1: "n4", 2: "n5", 3: "m2"}
     history = read_rows(spark, storage, "people_2")
     assert sorted((r["id"], r["name"], r["__END_AT"]) for r in history) == [
         (0, "n3", 6),
@@ -498,6 +453,8 @@ def test_a_backlog_checks_each_view_batch_once_for_both_flows(spark, tmp_path, m
         (1, "n4", None),
         (2, "n2", 5),
         (2, "n5", None),
+        (3, "m1", 12),
+        (3, "m2", None),
     ]
 
 
@@ -519,40 +476,69 @@ def test_dependency_cycle_is_reported(spark, tmp_path):
         runner.update()
 
 
-def test_a_view_with_nothing_new_is_built_once_and_a_reader_behind_still_reads_it(spark, tmp_path, monkeypatch):
-    """Building a view's query costs JVM calls for every column, and with many tables most views
-    have nothing new: the second flow reading a view takes the first one's empty batch. Only when
-    it is caught up itself: a flow that failed before committing a batch the other committed
-    (out of step) builds the view and reads what it missed."""
-    empty_reads: list[str] = []
-    empty = DeltaRsStore.empty
-
-    def spied_empty(self, name):
-        empty_reads.append(name)
-        return empty(self, name)
-
-    monkeypatch.setattr(DeltaRsStore, "empty", spied_empty)
+def test_a_batch_failing_in_its_second_flow_is_replayed_and_commits_each_table_once(spark, tmp_path, monkeypatch):
+    """Gold's two flows apply one batch in turn. When the second fails after the first committed,
+    the next update replays the batch: the first flow's writes are skipped (they name the batch),
+    the second's are made, and no row is applied twice."""
     runner, storage = make_pipeline(tmp_path, NAMED_VIEW_FLOWS, [row(1, 1, "ann"), row(2, 2, "bob")])
     runner.update()
-    empty_reads.clear()
-    runner.update()
-    assert empty_reads == ["raw"]  # the view was built for people_1 only
-
     apply = AutoCdcApplier.apply
 
-    def failing_for_people_2(self, batch, txns, known_empty=False):
+    def failing_for_people_2(self, batch, txn, session=None):
         if self.flow.target == "people_2":
             raise RuntimeError("killed before people_2 committed")
-        return apply(self, batch, txns, known_empty=known_empty)
+        return apply(self, batch, txn, session)
 
     append(tmp_path, [row(3, 3, "cy"), row(1, 4, "ann2")])
     monkeypatch.setattr(AutoCdcApplier, "apply", failing_for_people_2)
-    with pytest.raises(RuntimeError, match="killed before people_2"):
+    with pytest.raises(CdcMedallionError, match="killed before people_2"):
         runner.update()
     monkeypatch.setattr(AutoCdcApplier, "apply", apply)
     assert {r["id"]: r["name"] for r in read_rows(spark, storage, "people_1")} == {1: "ann2", 2: "bob", 3: "cy"}
+    store = DeltaStore(storage, spark)
+    committed = store.version("people_1")
 
-    runner.update()  # people_1 has nothing new; people_2 has the batch it failed on
+    runner.update()  # the failed batch again
     current = sorted((r["id"], r["name"]) for r in read_rows(spark, storage, "people_2") if r["__END_AT"] is None)
     assert current == [(1, "ann2"), (2, "bob"), (3, "cy")]
-    assert {r["id"]: r["name"] for r in read_rows(spark, storage, "people_1")} == {1: "ann2", 2: "bob", 3: "cy"}
+    assert len(read_rows(spark, storage, "people_2")) == 4  # ann, ann2, bob, cy: each version once
+    assert store.version("people_1") == committed  # its write of that batch was skipped
+
+
+def test_query_functions_get_streaming_dataframes_as_on_databricks(spark, tmp_path):
+    """Every streaming table's query function reads streams (what fails on Databricks for a
+    stream fails here too); a materialized view reads tables whole."""
+    seen: dict[str, bool] = {}
+    runner, storage = make_pipeline(
+        tmp_path,
+        """
+        import builtins
+        seen = builtins.__dict__.setdefault("cdc_medallion_seen_streaming", {})
+
+        @dp.table(name="copied")
+        def copied():
+            rows = dp.read_stream("changes")
+            seen["copied<-changes"] = rows.isStreaming
+            return rows
+
+        @dp.materialized_view(name="counted")
+        def counted():
+            rows = dp.read("copied")
+            seen["counted<-copied"] = rows.isStreaming
+            return rows.groupBy("op").count()
+
+        @dp.table(name="sorted_copy")
+        def sorted_copy():  # a sort of a stream is an error on Databricks: here too
+            return dp.read_stream("copied").orderBy("id")
+    """,
+        [row(1, 1), row(2, 2)],
+    )
+    import builtins
+
+    builtins.__dict__["cdc_medallion_seen_streaming"] = seen
+    with pytest.raises(CdcMedallionError, match=r"(?i)sort|ordering|streaming"):
+        runner.update()
+    assert seen == {"copied<-changes": True, "counted<-copied": False}
+    assert sorted(r["id"] for r in read_rows(spark, storage, "copied")) == [1, 2]
+    assert datasets(storage)["raw"]["rows"] == 2
+    del builtins.__dict__["cdc_medallion_seen_streaming"]

@@ -9,63 +9,61 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from cdc_medallion.errors import ConcurrentRunError, IdentifierError, SchemaMismatch
 from cdc_medallion.runner.local import StorageLock
-from cdc_medallion.storage.delta_rs import DeltaRsStore
-from cdc_medallion.storage.delta_spark import delta_spark_status
+from cdc_medallion.storage.delta_store import DeltaStore, Txn
 from tests.helpers import datasets, ingest, parse, read_rows
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("v", StringType())])
 
 
-def test_append_records_progress_atomically_and_checks_schema(spark, storage):
-    store = DeltaRsStore(storage, spark)
-    rows = store.append("t", spark.createDataFrame([(1, "a"), (2, "b")], SCHEMA), {"flow<-src": 3})
-    assert rows == 2 and store.txn_version("t", "flow<-src") == 3
+def test_appends_commit_once_per_batch_and_schemas_are_checked(spark, storage):
+    """A write names its query's application id and batch: the same batch again (a replay after a
+    crash) commits nothing, and rows of another shape are refused before anything is written."""
+    store = DeltaStore(storage, spark)
+    rows = spark.createDataFrame([(1, "a"), (2, "b")], SCHEMA)
+    store.append("t", rows, Txn("flow:app", 3))
+    store.append("t", rows, Txn("flow:app", 3))  # replayed
+    store.append("t", rows, Txn("flow:app", 2))  # an older batch of the same query
     assert store.count("t") == 2
+    store.append("t", rows.limit(1), Txn("other:app", 0))  # another query's first batch
+    assert store.count("t") == 3
     other = StructType([StructField("id", StringType()), StructField("v", StringType())])
-    with pytest.raises(SchemaMismatch, match="batch for t has columns"):
-        store.append("t", spark.createDataFrame([("x", "y")], other), {"flow<-src": 4})
-    assert store.count("t") == 2 and store.txn_version("t", "flow<-src") == 3  # nothing committed
-    store.commit_progress("t", {"flow<-src": 5})
-    assert store.txn_version("t", "flow<-src") == 5 and store.count("t") == 2
+    with pytest.raises(SchemaMismatch, match="rows for t have columns"):
+        store.check_schema("t", other)
 
 
-def test_a_backlog_is_read_in_steps_bounded_by_rows_as_well_as_bytes(spark, storage):
-    store = DeltaRsStore(storage, spark)
-    for version, count in enumerate([3, 4, 5, 1]):  # versions 0..3 (the first append creates the table)
-        batch = spark.createDataFrame([(i, "x") for i in range(count)], SCHEMA)
-        store.append("t", batch, {"flow<-src": version})
-    last = store.version("t")
-    assert last is not None
-    whole = store.bounded_range("t", None, last, max_bytes=10**9)
-    assert whole[:2] == (last, 13)  # bytes alone: all at once
-    files = store.table("t").get_add_actions(flatten=True).column("size_bytes").to_pylist()
-    assert whole.size == sum(files)  # and the bytes of their files, from the commits too
-    assert store.bounded_range("t", None, last, max_bytes=10**9, max_rows=7) == store.bounded_range(
-        "t", None, last, max_bytes=10**9, max_rows=8
-    )
-    first, first_rows, _ = store.bounded_range("t", None, last, max_bytes=10**9, max_rows=7)
-    second, second_rows, _ = store.bounded_range("t", first, last, max_bytes=10**9, max_rows=7)
-    assert (first_rows, second_rows) == (7, 6)  # the rows each step holds, from the commits' stats
-    assert store.read_appended("t", None, first).count() == 7  # 3 + 4: a fifth row more would exceed 7
-    assert store.read_appended("t", first, second).count() == 6  # 5 + 1
-    created = first - 2  # the empty commit that created the table
-    assert store.bounded_range("t", created, last, max_bytes=10**9, max_rows=1)[:2] == (created + 1, 3)  # one at least
+def test_merges_in_an_idempotent_block_commit_once_per_batch(spark, storage):
+    store = DeltaStore(storage, spark)
+    store.append("t", spark.createDataFrame([(1, "a")], SCHEMA), Txn("load", 0))
+    for _ in range(2):  # the second MERGE is the same batch replayed: skipped
+        with store.idempotent(spark, Txn("merger", 7)):
+            store.merge_table("t", spark).alias("t").merge(
+                spark.createDataFrame([(1, "b"), (2, "c")], SCHEMA).alias("s"), "t.id = s.id"
+            ).whenMatchedUpdate(set={"v": "concat(t.v, s.v)"}).whenNotMatchedInsertAll().execute()
+    assert sorted(tuple(r) for r in store.read("t").collect()) == [(1, "ab"), (2, "c")]
+    assert spark.conf.get("spark.databricks.delta.write.txnAppId", None) is None  # not left set
 
 
-def test_reads_with_nothing_new_can_be_joined_with_each_other(spark, storage):
-    """Stream reads that find nothing new are empty frames of the table's schema. A query may
-    join two of them (two streams, or one stream with itself) as it joins two tables."""
-    store = DeltaRsStore(storage, spark)
-    store.append("t", spark.createDataFrame([(1, "a")], SCHEMA), {"flow<-src": 0})
-    left, right = store.empty("t"), store.empty("t")
-    assert left.schema == right.schema == store.read("t").schema
-    joined = left.join(right, left["id"] == right["id"]).select(left["v"], right["v"].alias("w"))
-    assert joined.columns == ["v", "w"] and joined.count() == 0
-    assert store.read_appended("t", store.version("t"), store.version("t")).count() == 0
+def test_every_commit_is_delta_sparks_and_our_metadata_is_table_properties(spark, storage):
+    store = DeltaStore(storage, spark)
+    store.ensure_table("gold_t", SCHEMA, {"layer": "gold", "source_table": "t", "scd_type": "2"})
+    store.append("gold_t", spark.createDataFrame([(1, "a")], SCHEMA), Txn("q", 0))
+    properties = store.properties("gold_t")
+    assert properties["layer"] == "gold" and properties["scd_type"] == "2"
+    assert properties["delta.enableChangeDataFeed"] == "true"  # gold's changes can be streamed
+    engines = [
+        json.loads(line)["commitInfo"]["engineInfo"]
+        for commit in sorted((store.path("gold_t") / "_delta_log").glob("*.json"))
+        for line in commit.read_text().splitlines()
+        if '"commitInfo"' in line
+    ]
+    assert len(engines) == 2 and all("Delta-Lake/" in engine for engine in engines)
+    assert not list(store.path("gold_t").glob("_cdc_medallion*"))  # no sidecar files
+    changes = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
+    assert changes.load(str(store.path("gold_t"))).count() == 1
 
 
 def test_dataset_names_cannot_leave_the_storage_root(spark, storage):
-    store = DeltaRsStore(storage, spark)
+    store = DeltaStore(storage, spark)
     for hostile in ("../../x", "t; DROP TABLE y", "a/b", "", "_system/../../x"):
         with pytest.raises(IdentifierError):
             store.path(hostile)
@@ -96,14 +94,6 @@ def test_a_second_run_on_the_same_storage_fails_clearly(storage):
         pass
     with StorageLock(storage):  # released: the next run proceeds
         pass
-
-
-def test_delta_spark_backend(spark):
-    available, reason = delta_spark_status(spark)
-    if not available:
-        pytest.skip(reason)
-    spark.range(3).write.format("delta").save("/tmp/cdc-medallion-delta-spark-probe")
-    assert spark.read.format("delta").load("/tmp/cdc-medallion-delta-spark-probe").count() == 3
 
 
 def test_identifier_edges():

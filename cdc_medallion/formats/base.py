@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import EPOCH
@@ -43,15 +42,15 @@ class Format(abc.ABC):
     #: option name -> (default, description); unknown options are a config error.
     options: ClassVar[Mapping[str, tuple[Any, str]]] = {}
     #: Stateful formats see a whole batch at once, in landing order (`parse_messages`), with
-    #: the messages they held in earlier runs re-fed first (kind='held' events: an unpaired
-    #: UPDATE_BEFOR, an incomplete segmented transaction) and earlier events of `context_kinds`
-    #: (e.g. Qlik metadata kept as schema changes) as context.
+    #: the messages they held in earlier batches re-fed (an unpaired UPDATE_BEFOR, an
+    #: incomplete segmented transaction; each reported once as a `held` event) and earlier
+    #: events of `context_kinds` (e.g. Qlik metadata kept as schema changes) as context.
     stateful: ClassVar[bool] = False
     context_kinds: ClassVar[tuple[str, ...]] = ()
     #: For a stateful format whose messages only ever need the messages sharing one value: the
     #: JSON path of that value (DataWorks pairs an UPDATE_BEFOR with its UPDATE_AFTER by
-    #: `$.payload.sequenceId`). The batch is then split by it over every core instead of
-    #: parsed in one partition. None: every message may need any other, one partition.
+    #: `$.payload.sequenceId`). The batch and the held messages are then split by it over
+    #: several groups instead of parsed as one. None: every message may need any other.
     related_by: ClassVar[str | None] = None
 
     def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
@@ -80,24 +79,17 @@ class Format(abc.ABC):
         return [event for message in messages for event in self.events_for(message)]
 
     # --- shared machinery -----------------------------------------------------------------
-    def parse(self, bronze: DataFrame, context: list[Event] | None = None) -> DataFrame:
-        """Bronze rows -> silver events, in parallel via Arrow batches.
+    def parse(self, bronze: DataFrame) -> DataFrame:
+        """Bronze rows -> silver events, in parallel via Arrow batches (`mapInArrow`).
 
-        Stateful formats run in ordered partitions where related messages meet: one, or one per
-        core split by `related_by`.
+        A stateful format parses through Spark's stateful operator instead (`stateful.py`): the
+        messages it holds wait in the query's state store for what completes them.
         """
-        parser = self
         if self.stateful:
-            frozen_context = list(context or [])
-            ordered = together(bronze, self.related_by).sortWithinPartitions(
-                "_file", "_line", "topic", "partition", "offset"
-            )
+            from cdc_medallion.formats.stateful import parse_with_state
 
-            def run_all(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-                messages = [m for batch in batches for m in messages_of(batch)]
-                yield parser.parse_all(messages, frozen_context)
-
-            return ordered.mapInArrow(run_all, EVENT_SCHEMA)
+            return parse_with_state(self, bronze)
+        parser = self
 
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             for batch in batches:
@@ -190,36 +182,23 @@ class Format(abc.ABC):
         }
 
 
-def together(bronze: DataFrame, related_by: str | None) -> DataFrame:
-    """Bronze split so that messages with the same `related_by` value share a partition.
-
-    The value is read by Spark's own JSON path reader, so the split costs a scan of the text,
-    not a Python parse. A message the path cannot be read from (not JSON, no such field) hashes
-    as NULL: those all share one partition, where the parser reports or handles them as before.
-    """
-    if related_by is None:
-        return bronze.repartition(1)
-    value = F.get_json_object(F.col("value").cast("string"), related_by)
-    try:  # as many partitions as cores, also for a small batch (a count of its own is never coalesced)
-        return bronze.repartition(bronze.sparkSession.sparkContext.defaultParallelism, value)
-    except (AttributeError, NotImplementedError):  # Spark Connect (serverless): the shuffle's own count
-        return bronze.repartition(value)
-
-
 def spread_over_cores(bronze: DataFrame) -> DataFrame:
-    """Bronze spread over every core before parsing, when Spark's own split would not.
+    """Bronze spread over every core before parsing.
 
     A landed batch is one Parquet file of one row group, which Spark reads as one partition, so
-    parsing, the costliest step of silver, ran on one core while the others waited. A
-    round-robin shuffle of the raw messages costs less than it frees: on 117k Debezium messages
-    and 2 cores, the parse took 5.3-7.4 s (median 6.2) instead of 6.2-9.1 s (median 7.9).
+    parsing, the costliest step of silver, would run on one core while the others wait; a
+    round-robin shuffle of the raw messages costs less than it frees. A stream's partitions are
+    not known until each batch runs, so a stream is always spread.
     """
     try:
         cores = bronze.sparkSession.sparkContext.defaultParallelism
-        partitions = bronze.rdd.getNumPartitions()
-    except (AttributeError, NotImplementedError):  # Spark Connect (serverless) has neither: its own split stands
+    except (AttributeError, NotImplementedError):  # Spark Connect (serverless): its own split stands
         return bronze
-    return bronze.repartition(cores) if partitions < cores else bronze
+    if cores < 2:
+        return bronze
+    if bronze.isStreaming:
+        return bronze.repartition(cores)
+    return bronze.repartition(cores) if bronze.rdd.getNumPartitions() < cores else bronze
 
 
 @contextmanager
@@ -277,9 +256,9 @@ _ARROW_SCHEMA: pa.Schema | None = None
 def _event_arrow_schema() -> pa.Schema:
     global _ARROW_SCHEMA
     if _ARROW_SCHEMA is None:
-        from cdc_medallion.storage.delta_rs import arrow_schema
+        from pyspark.sql.pandas.types import to_arrow_schema
 
-        _ARROW_SCHEMA = arrow_schema(EVENT_SCHEMA)
+        _ARROW_SCHEMA = pa.schema([f.with_nullable(True) for f in to_arrow_schema(EVENT_SCHEMA, timezone="UTC")])
     return _ARROW_SCHEMA
 
 

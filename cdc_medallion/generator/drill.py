@@ -80,13 +80,16 @@ def kill_drill(
         with feed.open("a", encoding="utf-8") as handle:  # the stream goes on between crashes
             handle.write("".join(line + "\n" for line in piece))
         point = rnd.randint(1, max_point)
-        run = subprocess.run(
-            command, env={**env, "CDC_MEDALLION_KILL_AT": str(point)}, capture_output=True, text=True, timeout=timeout
-        )
+        # Half the kills come a moment after their point: inside the MERGE or the write that
+        # follows it, or between a batch's writes and its checkpoint's commit.
+        delay = rnd.choice([0, 0, 200, 800, 1500])
+        kill = {"CDC_MEDALLION_KILL_AT": str(point), "CDC_MEDALLION_KILL_DELAY_MS": str(delay)}
+        run = subprocess.run(command, env={**env, **kill}, capture_output=True, text=True, timeout=timeout)
         if run.returncode not in (0, -9):
             raise RuntimeError(f"ingest run {number} exited {run.returncode}: {run.stderr[-3000:]}")
         if run.returncode == -9:
-            result.kills.append(run.stdout.strip().rsplit("commit point ", 1)[-1])
+            [line] = [x for x in run.stdout.splitlines() if x.startswith("[fault injection]")][-1:]
+            result.kills.append(line.rsplit("commit point ", 1)[-1])
             say(f"run {number}/{pieces}: +{len(piece):,} lines, killed at commit point {result.kills[-1]}")
         else:
             result.clean_runs += 1

@@ -23,7 +23,7 @@ from cdc_medallion.layers import bronze_name, silver_name
 from cdc_medallion.model import KIND_HEARTBEAT, KIND_SCHEMA_CHANGE
 from cdc_medallion.quality.accounting import SourceAccounting, account_source
 from cdc_medallion.quality.events import QUALITY_CHECK, Check
-from cdc_medallion.storage.delta_rs import SYSTEM_DIR, DeltaRsStore
+from cdc_medallion.storage.delta_store import SYSTEM_DIR, DeltaStore
 
 ACCOUNTING = "accounting"
 SCHEMA_CHANGES, HEARTBEATS = "silver_schema_changes", "silver_heartbeats"
@@ -49,7 +49,7 @@ def quality_dir(storage: Path) -> Path:
     return Path(storage) / SYSTEM_DIR / "quality"
 
 
-def logged_rows(store: DeltaRsStore) -> dict[str, tuple[int, int]]:
+def logged_rows(store: DeltaStore) -> dict[str, tuple[int, int]]:
     """dataset -> (rows written, records quarantined), summed over the whole event log."""
     name = f"{SYSTEM_DIR}/event_log"
     if not store.exists(name):
@@ -88,7 +88,7 @@ def accounting_checks(result: SourceAccounting) -> list[Check]:
     ]
 
 
-def gx_inputs(store: DeltaRsStore, conf: PipelineConf, tables: Iterable[TableConf], logged: dict) -> list:
+def gx_inputs(store: DeltaStore, conf: PipelineConf, tables: Iterable[TableConf], logged: dict) -> list:
     from cdc_medallion.quality import suites
 
     def read(name: str) -> DataFrame | None:
@@ -125,7 +125,7 @@ def gx_inputs(store: DeltaRsStore, conf: PipelineConf, tables: Iterable[TableCon
 
 
 def run_quality_checks(
-    store: DeltaRsStore,
+    store: DeltaStore,
     conf: PipelineConf,
     tables: Iterable[TableConf],
     update_id: str,

@@ -161,9 +161,9 @@ def heartbeat_lag(heartbeats: DataFrame) -> list[HeartbeatLag]:
 def table_state_from_storage(storage: Path, spark: Any) -> TableState:
     from cdc_medallion.catalog import dataset_status
     from cdc_medallion.quality.accounting import account_source
-    from cdc_medallion.storage.delta_rs import DeltaRsStore
+    from cdc_medallion.storage.delta_store import DeltaStore
 
-    store = DeltaRsStore(storage, spark)
+    store = DeltaStore(storage, spark)
     status = dataset_status(storage)
     state = TableState(row_counts=[{k: e[k] for k in ("name", "layer", "rows")} for e in status])
     quarantines = {e["name"]: store.read(e["name"]) for e in status if e["layer"] == "quarantine" and e["rows"]}
@@ -682,12 +682,12 @@ def report_for_storage(storage: Path, output: Path | None = None, spark: Any = N
     from cdc_medallion.quality.checks import quality_dir
     from cdc_medallion.quality.suites import DOCS_INDEX
     from cdc_medallion.spark import get_spark
-    from cdc_medallion.storage.delta_rs import SYSTEM_DIR, DeltaRsStore
+    from cdc_medallion.storage.delta_store import SYSTEM_DIR, DeltaStore
 
     storage = Path(storage).resolve()
     spark = spark or get_spark()
     output = Path(output or quality_dir(storage) / "report").resolve()
-    store = DeltaRsStore(storage, spark)
+    store = DeltaStore(storage, spark)
     log_name = f"{SYSTEM_DIR}/event_log"
     updates = read_event_log(store.read(log_name), max_updates) if store.exists(log_name) else []
     state = table_state_from_storage(storage, spark)

@@ -1,38 +1,49 @@
 """`create_auto_cdc_flow` semantics on Delta tables: SCD type 1 and 2, out-of-order safe.
 
-For the keys a batch touches, the target's existing rows are turned back into events, merged
-with the new events, and the key's state is rebuilt in sequence order; the result replaces
-the key's rows in one MERGE. A late event therefore lands at its place in the history, and a
-late update never resurrects a deleted row: deletes leave a tombstone in the flow's state
-table, truncates a table-wide marker (DLT keeps tombstones the same way).
+One micro-batch of a flow's change feed at a time (the flow's `foreachBatch`). For the keys a
+batch touches, the target's existing rows are turned back into events, merged with the new
+events, and each key's state is rebuilt in sequence order; the changed rows go into the target
+in one MERGE. A late event therefore lands at its place in the history, and a late update never
+resurrects a deleted row: deletes leave a tombstone in the flow's state table, truncates a
+table-wide marker (DLT keeps tombstones the same way).
 
 Rules (as in DLT): a new SCD2 version starts when a tracked column changes or the key comes
 back after a delete; changes to untracked columns update the current version in place; a
 delete closes the open version at the delete's sequence. Columns absent from a partial image
 keep their previous value.
+
+Every write names the batch (`Txn`), so a batch replayed after a crash skips what it already
+committed: the state first, then the target, so a replay after the state's commit sees the
+batch's own tombstones, which give the same result.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Callable, Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    ByteType,
+    DateType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
 from cdc_medallion.errors import GraphError
+from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import quote
-from cdc_medallion.runner import auto_cdc_driver as driver
 from cdc_medallion.runner.event_columns import (
     ACTION,
-    ARRIVAL,
     DELETE,
     END_AT,
     OLD_END,
@@ -43,41 +54,11 @@ from cdc_medallion.runner.event_columns import (
     START_AT,
     TRUNCATE,
 )
-from cdc_medallion.runner.merge_bounds import bounded, within_source_keys
-from cdc_medallion.runner.small_batch import collect_small
-from cdc_medallion.storage.delta_rs import STATE_DIR, DeltaRsStore, arrow_schema
+from cdc_medallion.storage.delta_store import STATE_DIR, DeltaStore, Txn
 
 BROADCAST_KEYS = 2_000_000  # batches are bounded by rows and bytes, so their keys are far fewer
-# The driver finds a batch's stored rows by scanning the target's files within the batch's key
-# range, in one Python thread. Random keys span the whole table, so past a few times the limit
-# Spark's scan, on every core, is the cheaper one: 100k changes into 10M rows took 51.2 s and a
-# 5.15 GiB driver in the driver (gold 35.6 s) against 42.4 s and 3.90 GiB in Spark; into 1M
-# rows, 5 times the default limit, the driver was as fast (23.2 s against 23.8 s).
-DRIVER_SCAN_FACTOR = 10
-
-
-def driver_may_apply(store: DeltaRsStore, target: str, new_rows: int | None, limit: int) -> bool:
-    """`driver_may_take` for a stored target, counted from the Delta log's statistics."""
-    return driver_may_take(new_rows, limit, target_rows=lambda: store.count(target))
-
-
-def driver_may_take(new_rows: int | None, limit: int, target_rows: Callable[[], int]) -> bool:
-    """Whether a batch of `new_rows` into a target of `target_rows()` rows is tried in the
-    driver, decided before its view batch is collected or split.
-
-    Past `DRIVER_SCAN_FACTOR` times the limit, `_stored_rows` mostly leaves a batch to Spark
-    (random keys span every file), and learning that late costs twice: the events were
-    collected for nothing, and the view was split in the driver, so Spark rebuilds from a local
-    relation instead of a cached scan. At 1M rows, forcing that route cost gold 26.9 s against
-    19.5 s for Spark from the start. A batch of at most limit / DRIVER_SCAN_FACTOR rows is
-    still tried whatever the target's size: it is cheap to collect, and keys that cluster (new
-    ids appended) prune the scan to a few files. The target is counted only when that decides.
-    """
-    if limit <= 0:
-        return False
-    if new_rows is not None and new_rows <= limit // DRIVER_SCAN_FACTOR:
-        return True
-    return target_rows() <= DRIVER_SCAN_FACTOR * limit
+#: Key types whose range in a batch narrows a MERGE to the target files that may hold its keys.
+_RANGED = (ByteType, ShortType, IntegerType, LongType, StringType, DateType, TimestampType)
 
 
 @dataclass
@@ -85,7 +66,6 @@ class ApplyResult:
     upserted: int = 0
     deleted: int = 0
     truncates: int = 0
-    in_driver: bool = False  # rebuilt by auto_cdc_driver.py rather than by Spark
 
 
 def _expr(value: str | Column | None, default: bool = False) -> Column:
@@ -118,218 +98,78 @@ def tracked_columns(flow: AutoCdcFlow, columns: list[str]) -> list[str]:
     return values
 
 
-class AutoCdcApplier:
-    """Applies one batch of one auto CDC flow."""
+def state_table(target: str) -> str:
+    """The flow's tombstones: a key and the sequence of a delete."""
+    return f"{STATE_DIR}/{target}"
 
-    def __init__(
-        self,
-        store: DeltaRsStore,
-        flow: AutoCdcFlow,
-        properties: dict[str, str],
-        driver_rows: int = 0,
-        input_over_driver_rows: bool = False,
-        collected_events: list[tuple[DataFrame, pa.Table | None]] | None = None,
-    ) -> None:
+
+def truncates_table(target: str) -> str:
+    """The flow's truncates, by sequence: a table only once the first truncate came, so
+    whether a flow has any is a look at the file system, not a job."""
+    return f"{STATE_DIR}/{target}__truncates"
+
+
+class AutoCdcApplier:
+    """Applies the micro-batches of one auto CDC flow."""
+
+    def __init__(self, store: DeltaStore, flow: AutoCdcFlow, properties: Mapping[str, str]) -> None:
         self.store = store
-        self.spark = store.spark
         self.flow = flow
-        self.properties = properties
-        self.state_name = f"{STATE_DIR}/{flow.target}"
-        self.driver_rows = driver_rows  # batches up to this many rows are rebuilt in the driver
-        self.input_over_driver_rows = input_over_driver_rows  # its new input: its events likely too
-        # Events other flows collected from the same view batch (gold's SCD1 and SCD2 flows
-        # make the same events of it), and where this flow leaves its own for them.
-        self.collected_events = collected_events
+        self.properties = dict(properties)
+        self.state_name = state_table(flow.target)
+        self.truncates_name = truncates_table(flow.target)
 
     # --- public -----------------------------------------------------------------------------
-    def apply(self, batch: DataFrame, txns: dict[str, int], known_empty: bool = False) -> ApplyResult:
-        """`known_empty`: the caller has counted `batch` empty already, so only progress is recorded."""
+    def apply(self, batch: DataFrame, txn: Txn, session: SparkSession | None = None) -> ApplyResult:
+        """Apply one batch of the change feed (a static DataFrame, read more than once); the
+        writes go through `session` (default: the batch's)."""
         flow = self.flow
         columns = data_columns(flow, batch.columns)
-        if known_empty:  # no job, and no plan either once the tables exist (15 ms a flow)
-            if not (self.store.exists(flow.target) and self.store.exists(self.state_name)):
-                self._ensure_target(self._events(batch, columns), columns)
-            return self._nothing_to_apply(txns)
-        events = self._events(batch, columns)
-        events.persist()
+        session = session or batch.sparkSession
+        events = self._events(batch, columns).persist()
         try:
+            summary = self._summary(events)
+            if summary["events"] == 0:
+                return ApplyResult()
             self._ensure_target(events, columns)
-            applied = self._apply_in_driver(events, columns, txns) if self.driver_rows else None
-            return applied if applied is not None else self._apply_with_spark(events, columns, txns)
+            rows = events.filter(~F.col(TRUNCATE)).drop(TRUNCATE)
+            summary["new_truncates"] = events.filter(F.col(TRUNCATE)).select(SEQ).distinct()
+            result = self._apply(session, rows, columns, summary, txn)
+            result.truncates = summary["truncates"]
+            return result
         finally:
             events.unpersist()
 
-    def _apply_with_spark(self, events: DataFrame, columns: list[str], txns: dict[str, int]) -> ApplyResult:
-        flow = self.flow
-        # One job answers what used to take three: is there anything, which truncates, how many keys.
+    def _summary(self, events: DataFrame) -> dict[str, Any]:
+        """One job: how many events and truncates, about how many keys, and each orderable key's
+        range (which narrows the MERGEs to the target files that may hold the batch's keys)."""
         is_row = ~F.col(TRUNCATE)
-        summary = events.agg(
+        keys = list(self.flow.keys)
+        ranged = [k for k in keys if isinstance(events.schema[k].dataType, _RANGED)]
+        aggregates = [
             F.count(F.lit(1)).alias("events"),
-            F.collect_set(F.when(F.col(TRUNCATE), F.col(SEQ))).alias("truncates"),
+            F.count(F.when(F.col(TRUNCATE), 1)).alias("truncates"),
+            F.count(F.when(is_row & F.col(DELETE), 1)).alias("deletes"),
             # Only chooses a join strategy: an estimate spares the two shuffles of an exact count.
-            F.approx_count_distinct(F.when(is_row, F.struct(*[F.col(quote(k)) for k in flow.keys]))).alias("keys"),
-        ).first()
-        if summary is None or summary["events"] == 0:
-            return self._nothing_to_apply(txns)
-        new_truncates = list(summary["truncates"])
-        rows = events.filter(is_row).drop(TRUNCATE)
-        result = self._apply(rows, columns, new_truncates, txns, summary["keys"])
-        result.truncates = len(new_truncates)
-        return result
-
-    def _nothing_to_apply(self, txns: dict[str, int]) -> ApplyResult:
-        """Silver moved on, but not for this table: progress is recorded all the same."""
-        for name in (self.state_name, self.flow.target):
-            if not self._already_committed(name, txns):
-                self.store.commit_progress(name, txns)
-        return ApplyResult()
-
-    # --- the rebuild in the driver (auto_cdc_driver.py) ---------------------------------------
-    def _apply_in_driver(self, events: DataFrame, columns: list[str], txns: dict[str, int]) -> ApplyResult | None:
-        """The batch rebuilt with Arrow in the driver when it and the rows its keys hold are few;
-        None leaves it to Spark.
-
-        The events are the Spark rebuild's, made the way `_existing_events` and `_apply` make
-        them: the new ones, what the target and state hold for the touched keys (every key of
-        the table after a new truncate), and each truncate for every touched key.
-        """
-        keys = list(self.flow.keys)
-        schema = arrow_schema(events.schema)
-        key_types = [schema.field(k).type for k in keys]
-        if not driver.orderable(schema.field(SEQ).type) or not all(driver.groupable(t) for t in key_types):
-            return None
-        collected = self._collect(events)
-        if collected is None:
-            return None
-        collected = collected.cast(schema)
-        if collected.num_rows == 0:
-            return self._nothing_to_apply(txns)
-        is_truncate = pc.fill_null(collected.column(TRUNCATE), False)
-        new_truncates = pc.unique(collected.column(SEQ).filter(is_truncate))
-        rows = collected.filter(pc.invert(is_truncate))
-        if any(rows.column(k).null_count for k in keys):
-            return None  # Spark groups NULL keys but never joins them: left to its exact rules
-        batch_keys = rows.select(keys).group_by(keys).aggregate([])
-        everything = len(new_truncates) > 0  # a new truncate touches every key of the table
-        since = None
-        if self.flow.stored_as_scd_type == 2 and not everything:
-            earliest = rows.group_by(keys).aggregate([(SEQ, "min")])
-            since = pa.table({**{k: earliest.column(k) for k in keys}, driver.SINCE: earliest.column(f"{SEQ}_min")})
-        stored = self._stored_rows(batch_keys, everything=everything, since=since)
-        if stored is None or stored.num_rows + rows.num_rows > self.driver_rows:
-            return None
-        affected = batch_keys
-        if everything:
-            stored_keys = stored.select(keys).cast(batch_keys.schema)
-            affected = pa.concat_tables([batch_keys, stored_keys]).group_by(keys).aggregate([])
-        ordered = self._history_in_driver(rows, stored, affected, new_truncates, columns, schema)
-        truncated = new_truncates.to_pylist()
-        if self.flow.stored_as_scd_type == 1:
-            final = driver.last_per_key(ordered, keys).select([*columns, SEQ, DELETE])
-            result = self._commit_scd1(ds.dataset(final), columns, txns, truncated)
-        else:
-            changes = driver.scd2_versions(ordered, keys, columns, tracked_columns(self.flow, columns))
-            result = self._commit_scd2(ds.dataset(changes), txns, truncated)
-        result.truncates = len(truncated)
-        result.in_driver = True
-        return result
-
-    def _collect(self, events: DataFrame) -> pa.Table | None:
-        """The events in the driver (None: too many), collected once for every flow that makes
-        the same events of the same view batch: gold's SCD2 flow reuses what its SCD1 flow
-        collected, which at 1M changes took 10-15 s a flow."""
-        shared = self.collected_events
-        for earlier, collected in shared or ():
-            if earlier.sameSemantics(events):
-                return collected
-        collected = collect_small(events, self.driver_rows, many=self.input_over_driver_rows)
-        if shared is not None:
-            shared.append((events, collected))
-        return collected
-
-    def _history_in_driver(
-        self,
-        rows: pa.Table,
-        stored: pa.Table,
-        affected: pa.Table,
-        new_truncates: pa.Array,
-        columns: list[str],
-        schema: pa.Schema,
-    ) -> pa.Table:
-        """Every touched key's events in history order, absent columns filled: the new `rows`,
-        the `stored` rows as events, the deletes the state or the stored versions stand for, and
-        each truncate for every `affected` key."""
-        keys = list(self.flow.keys)
-        scd1 = self.flow.stored_as_scd_type == 1
-        seq = schema.field(SEQ)
-        ends = [] if scd1 else [seq.with_name(OLD_END)]
-        wanted = pa.schema(
-            [*(schema.field(c) for c in columns), seq, schema.field(DELETE), schema.field(PRESENT), *ends]
-        )
-        state = self._state_table(keys, schema)
-        stored_truncates = state.filter(pc.equal(state.column("kind"), "truncate")).column(SEQ)
-        truncates = pc.unique(pa.chunked_array([*stored_truncates.chunks, new_truncates], seq.type))
-        new_events = (rows.select([*columns, SEQ, PRESENT]), 1, pc.fill_null(rows.column(DELETE), False))
-        if scd1:
-            tombstones = state.filter(pc.equal(state.column("kind"), "tombstone"))
-            parts = [
-                new_events,
-                (stored.select(columns).append_column(SEQ, stored.column(SCD1_SEQUENCE)), 0, False),
-                (driver.with_keys_among(tombstones, keys, affected).select([*keys, SEQ]), 0, True),
-            ]
-        else:
-            versions = stored.select(columns).append_column(SEQ, stored.column(START_AT))
-            parts = [
-                new_events,
-                (versions.append_column(OLD_END, stored.column(END_AT)), 0, False),
-                (driver.ended_by_delete(stored, keys), 0, True),
-            ]
-        for truncate in truncates:
-            parts.append((affected.append_column(SEQ, pa.repeat(truncate, affected.num_rows)), -1, True))
-        # Arrival order breaks ties in (sequence, origin), as the Spark rebuild's stable sort would.
-        events = pa.concat_tables([_as_events(part, origin, delete, wanted) for part, origin, delete in parts])
-        events = events.append_column(ARRIVAL, pa.array(range(events.num_rows), pa.int64()))
-        return driver.fill_absent(driver.in_history_order(events, keys), keys, columns)
-
-    def _stored_rows(self, batch_keys: pa.Table, *, everything: bool, since: pa.Table | None = None) -> pa.Table | None:
-        """The target's rows of the batch's keys (all of them after a truncate), read by delta-rs
-        in the target's Spark schema; None when there are too many, when finding them means
-        scanning more than `DRIVER_SCAN_FACTOR` times the driver's limit, or a stored key is NULL.
-        With `since` (SCD2), only the versions a key's new events can change (`open_since`)."""
-        keys = list(self.flow.keys)
-        table = self.store.table(self.flow.target)
-        if everything and table.count() > self.driver_rows:
-            return None
-        target = arrow_schema(self.store.spark_schema(self.flow.target))
-        # Read in Spark's types and filtered here: delta-rs reads strings as string_view, which
-        # a filter pushed into the scan cannot compare with its statistics (pyarrow 22). Files
-        # outside the batch's key range are skipped by delta-rs itself, from the log's statistics,
-        # so a small batch into a big target does not read the whole target.
-        pruning = None if everything else within_source_keys(ds.dataset(batch_keys), keys, alias=None)
-        data = table.to_pyarrow_dataset(schema=target, file_pruning_predicate=pruning)
-        if not everything and data.count_rows() > DRIVER_SCAN_FACTOR * self.driver_rows:  # files' footers
-            return None  # (a truncate's whole table was counted above)
-        wanted = None if everything else driver.key_filter(batch_keys, keys)
-        parts, kept = [target.empty_table()], 0
-        for batch in data.to_batches():
-            part = pa.Table.from_batches([batch], schema=target)
-            part = part if wanted is None else part.filter(wanted)
-            parts.append(part if since is None else driver.open_since(part, keys, since))
-            kept += parts[-1].num_rows
-            if kept > self.driver_rows:
-                return None
-        found = pa.concat_tables(parts)
-        if any(found.column(k).null_count for k in keys):
-            return None
-        if everything or len(keys) == 1 or since is not None:  # the filters were exact
-            return found
-        return driver.with_keys_among(found, keys, batch_keys)
-
-    def _state_table(self, keys: list[str], schema: pa.Schema) -> pa.Table:
-        """The state table: keys and sequence in the batch's types, and each row's kind."""
-        stored = arrow_schema(self.store.spark_schema(self.state_name))
-        state = self.store.table(self.state_name).to_pyarrow_dataset(schema=stored).to_table()
-        return state.cast(pa.schema([*(schema.field(k) for k in keys), schema.field(SEQ), stored.field("kind")]))
+            F.approx_count_distinct(F.when(is_row, F.struct(*[F.col(quote(k)) for k in keys]))).alias("keys"),
+        ]
+        for i, key in enumerate(ranged):
+            value = F.when(is_row, F.col(quote(key)))
+            aggregates += [F.min(value).alias(f"lo{i}"), F.max(value).alias(f"hi{i}")]
+            aggregates.append(F.max(F.when(is_row & F.col(quote(key)).isNull(), 1)).alias(f"null{i}"))
+        row = events.agg(*aggregates).first()
+        assert row is not None
+        ranges = {}
+        for i, key in enumerate(ranged):
+            if row[f"lo{i}"] is not None:
+                ranges[key] = (row[f"lo{i}"], row[f"hi{i}"], row[f"null{i}"] is not None)
+        return {
+            "events": row["events"],
+            "truncates": row["truncates"],
+            "deletes": row["deletes"],
+            "keys": row["keys"],
+            "ranges": ranges,
+        }
 
     # --- event preparation -------------------------------------------------------------------
     def _events(self, batch: DataFrame, columns: list[str]) -> DataFrame:
@@ -338,7 +178,7 @@ class AutoCdcApplier:
             present = F.col(flow.present_columns_column)
         elif flow.ignore_null_updates:
             present = F.filter(
-                F.array(*[F.when(F.col(c).isNotNull(), F.lit(c)) for c in columns]), lambda x: x.isNotNull()
+                F.array(*[F.when(F.col(quote(c)).isNotNull(), F.lit(c)) for c in columns]), lambda x: x.isNotNull()
             )
         else:
             present = F.lit(None).cast(ArrayType(StringType()))
@@ -363,41 +203,41 @@ class AutoCdcApplier:
     def _ensure_target(self, events: DataFrame, columns: list[str]) -> None:
         schema = self._target_schema(events, columns)
         self.store.ensure_table(self.flow.target, schema, self.properties)
-        existing = self.store.spark_schema(self.flow.target)
+        existing = self.store.schema(self.flow.target)
         missing = [f for f in schema.fields if f.name not in existing.fieldNames()]
         if missing:  # schema evolution: a column appeared (e.g. added by DDL)
-            from deltalake.schema import Field
-
-            new_fields = [Field.from_arrow(f) for f in arrow_schema(StructType(missing))]
-            self.store.table(self.flow.target).alter.add_columns(new_fields)
-        key_schema = StructType([schema[k] for k in self.flow.keys])
-        state_schema = StructType(
-            [*key_schema.fields, StructField(SEQ, schema.fields[-1].dataType), StructField("kind", StringType())]
+            self.store.add_columns(self.flow.target, StructType(missing))
+        keys = [StructField(k, schema[k].dataType, True) for k in self.flow.keys]
+        self.store.ensure_table(
+            self.state_name, StructType([*keys, StructField(SEQ, events.schema[SEQ].dataType)]), {"layer": "state"}
         )
-        self.store.ensure_table(self.state_name, state_schema, {"layer": "state"})
 
     # --- rebuild -----------------------------------------------------------------------------
     def _apply(
-        self, events: DataFrame, columns: list[str], new_truncates: list[str], txns: dict[str, int], keys_in_batch: int
+        self, session: Any, rows: DataFrame, columns: list[str], summary: dict[str, Any], txn: Txn
     ) -> ApplyResult:
         flow = self.flow
         keys = list(flow.keys)
         target = self.store.read(flow.target)
         for column in columns:  # a column the batch lacks: treat as absent, keep previous values
             if column not in target.columns:
-                target = target.withColumn(column, F.lit(None).cast(events.schema[column].dataType))
+                target = target.withColumn(column, F.lit(None).cast(rows.schema[column].dataType))
         state = self.store.read(self.state_name)
-        all_truncates = sorted(set(new_truncates) | set(self._stored_truncates()))
+        new_truncates = summary["truncates"] > 0
+        has_truncates = new_truncates or self.store.exists(self.truncates_name)
         to_release: list[DataFrame] = []
-        if all_truncates:  # each touched key gets the truncate events: its keys must be distinct
-            # A new truncate touches every key of the table.
-            affected = target.select(*keys).union(events.select(*keys)) if new_truncates else events.select(*keys)
-            affected = affected.distinct().persist()
+        if new_truncates:  # a new truncate touches every key of the table
+            affected = target.select(*keys).union(rows.select(*keys)).distinct().persist()
             to_release.append(affected)
-            if new_truncates:
-                keys_in_batch = affected.count()
-        else:  # a semi join needs no distinct keys: `events` is cached, so reading them again is cheap
-            affected = events.select(*keys)
+            keys_in_batch = affected.count()
+        else:  # a semi join needs no distinct keys: `rows` is cached, so reading them again is cheap
+            affected = rows.select(*keys).distinct() if has_truncates else rows.select(*keys)
+            keys_in_batch = summary["keys"]
+        seq_type = rows.schema[SEQ].dataType
+        truncates = summary["new_truncates"]
+        if self.store.exists(self.truncates_name):
+            stored = self.store.read(self.truncates_name).select(F.col(SEQ).cast(seq_type).alias(SEQ))
+            truncates = stored.unionByName(truncates).distinct()
         try:
             # The keys a batch touches are few next to the table's: shipping them to every task
             # filters the target as it is read, instead of shuffling the whole target to meet
@@ -405,25 +245,17 @@ class AutoCdcApplier:
             if keys_in_batch <= BROADCAST_KEYS:
                 affected = F.broadcast(affected)
             touched = target.join(affected, on=keys, how="left_semi")
-            if flow.stored_as_scd_type == 2:  # read by SCD2 three times below: the target is scanned once
-                touched = touched.persist()
-                to_release.append(touched)
             history = self._existing_events(touched, state, affected, columns)
-            everything = events.withColumn(ORIGIN, F.lit(1))
+            everything = rows.withColumn(ORIGIN, F.lit(1))
             if flow.stored_as_scd_type == 2:
-                everything = everything.withColumn(OLD_END, F.lit(None).cast(events.schema[SEQ].dataType))
+                everything = everything.withColumn(OLD_END, F.lit(None).cast(rows.schema[SEQ].dataType))
             everything = everything.unionByName(history)
-            if all_truncates:
-                truncate_events = affected.crossJoin(
-                    self.spark.createDataFrame(
-                        [(t,) for t in all_truncates], StructType([StructField(SEQ, StringType())])
-                    )
-                )
+            if has_truncates:  # each truncate is a delete of every touched key
                 everything = everything.unionByName(
-                    truncate_events.select(
+                    affected.crossJoin(truncates).select(
                         *keys,
-                        *[F.lit(None).cast(events.schema[c].dataType).alias(c) for c in columns if c not in keys],
-                        F.col(SEQ).cast(events.schema[SEQ].dataType).alias(SEQ),
+                        *[F.lit(None).cast(rows.schema[c].dataType).alias(c) for c in columns if c not in keys],
+                        F.col(SEQ).cast(rows.schema[SEQ].dataType).alias(SEQ),
                         F.lit(True).alias(DELETE),
                         F.lit(None).cast(ArrayType(StringType())).alias(PRESENT),
                         F.lit(-1).alias(ORIGIN),
@@ -431,43 +263,31 @@ class AutoCdcApplier:
                     allowMissingColumns=flow.stored_as_scd_type == 2,  # its OLD_END is NULL
                 )
             filled = self._fill(everything, columns)
+            ranges = {} if new_truncates else summary["ranges"]
             if flow.stored_as_scd_type == 1:
-                result = self._write_scd1(filled, columns, txns, new_truncates)
-            else:
-                result = self._write_scd2(filled, columns, txns, new_truncates)
+                return self._write_scd1(session, filled, columns, txn, summary, ranges)
+            return self._write_scd2(session, filled, rows, columns, txn, summary, ranges)
         finally:
             for df in to_release:
                 df.unpersist()
-        return result
-
-    def _stored_truncates(self) -> list[Any]:
-        """The truncate markers in the state table, read by delta-rs: a Spark job cost more
-        than the read, and every flow asks on every batch (bench: 0.18 s a flow and batch)."""
-        # No filter pushed down: delta-rs reads the strings as string_view, which the pruning
-        # by column statistics cannot compare (pyarrow 22).
-        state = self.store.table(self.state_name).to_pyarrow_table(columns=["kind", SEQ])
-        truncate = pc.equal(state.column("kind").cast(pa.string()), "truncate")
-        values = state.column(SEQ).filter(truncate).to_pylist()
-        if pa.types.is_timestamp(state.schema.field(SEQ).type):  # as Spark's collect: naive, local
-            values = [dt.datetime.fromtimestamp(v.timestamp()) for v in values]
-        return values
 
     def _existing_events(self, rows: DataFrame, state: DataFrame, affected: DataFrame, columns: list[str]) -> DataFrame:
-        """The target's rows of the touched keys (`rows`) turned back into events."""
+        """The target's rows of the touched keys (`rows`) and the state's tombstones of those
+        keys, turned back into events."""
         keys = list(self.flow.keys)
         schema = rows.schema
         null_present = F.lit(None).cast(ArrayType(StringType()))
+        tombstones = state.join(affected, on=keys, how="left_semi")
+        deletes = tombstones.select(
+            *[F.col(quote(k)).cast(schema[k].dataType).alias(k) for k in keys],
+            *[F.lit(None).cast(schema[c].dataType).alias(c) for c in columns if c not in keys],
+            F.col(SEQ),
+            F.lit(True).alias(DELETE),
+            null_present.alias(PRESENT),
+        )
         if self.flow.stored_as_scd_type == 1:
             upserts = rows.select(
                 *columns, F.col(SCD1_SEQUENCE).alias(SEQ), F.lit(False).alias(DELETE), null_present.alias(PRESENT)
-            )
-            tombstones = state.filter(F.col("kind") == "tombstone").join(affected, on=keys, how="left_semi")
-            deletes = tombstones.select(
-                *keys,
-                *[F.lit(None).cast(schema[c].dataType).alias(c) for c in columns if c not in keys],
-                F.col(SEQ),
-                F.lit(True).alias(DELETE),
-                null_present.alias(PRESENT),
             )
             return upserts.unionByName(deletes).withColumn(ORIGIN, F.lit(0))
         upserts = rows.select(
@@ -477,21 +297,7 @@ class AutoCdcApplier:
             null_present.alias(PRESENT),
             F.col(END_AT).alias(OLD_END),
         )
-        starts = rows.select(*keys, F.col(START_AT).alias("__s"))
-        closed = rows.filter(F.col(END_AT).isNotNull()).alias("v")
-        # A version whose end is not another version's start was ended by a delete.
-        join = [F.col(f"v.{quote(k)}").eqNullSafe(F.col(f"n.{quote(k)}")) for k in keys] + [
-            F.col(f"v.{END_AT}") == F.col("n.__s")
-        ]
-        ended_by_delete = closed.join(starts.alias("n"), on=join, how="left_anti")
-        deletes = ended_by_delete.select(
-            *[F.col(f"v.{quote(k)}").alias(k) for k in keys],
-            *[F.lit(None).cast(schema[c].dataType).alias(c) for c in columns if c not in keys],
-            F.col(f"v.{END_AT}").alias(SEQ),
-            F.lit(True).alias(DELETE),
-            null_present.alias(PRESENT),
-            F.lit(None).cast(schema[END_AT].dataType).alias(OLD_END),
-        )
+        deletes = deletes.withColumn(OLD_END, F.lit(None).cast(schema[END_AT].dataType))
         return upserts.unionByName(deletes).withColumn(ORIGIN, F.lit(0))
 
     def _fill(self, events: DataFrame, columns: list[str]) -> DataFrame:
@@ -531,29 +337,48 @@ class AutoCdcApplier:
 
     # --- SCD1 -------------------------------------------------------------------------------
     def _write_scd1(
-        self, filled: DataFrame, columns: list[str], txns: dict[str, int], new_truncates: list[str]
+        self,
+        session: Any,
+        filled: DataFrame,
+        columns: list[str],
+        txn: Txn,
+        summary: dict[str, Any],
+        ranges: dict[str, tuple[Any, Any, bool]],
     ) -> ApplyResult:
         keys = list(self.flow.keys)
         last = Window.partitionBy(*keys).orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
-        final = filled.withColumn("__rn", F.row_number().over(last)).filter("__rn = 1")
-        # The final row per touched key is all both writes need: spilled once, the state's
-        # tombstones and the target's changes are cut from it as delta-rs streams it.
-        latest = self.store.spill(final.select(*[F.col(quote(c)) for c in columns], SEQ, DELETE))
-        return self._commit_scd1(latest, columns, txns, new_truncates)
-
-    def _commit_scd1(
-        self, latest: ds.Dataset, columns: list[str], txns: dict[str, int], new_truncates: list[Any]
-    ) -> ApplyResult:
-        """Each touched key's final row (columns, SEQ, DELETE) into the state, then the target."""
-        keys = list(self.flow.keys)
-        self._write_state((latest, _scd1_state_rows(keys)), new_truncates, txns)
-        return self._merge(latest, keys, txns, _scd1_changes(columns))
+        final = (
+            filled.withColumn("__rn", F.row_number().over(last))
+            .filter("__rn = 1")
+            .select(*[F.col(quote(c)) for c in columns], SEQ, DELETE)
+            .localCheckpoint(eager=True)  # see `_detached`
+        )
+        try:
+            # A key whose last event is a delete leaves a tombstone.
+            self._write_state(final.filter(F.col(DELETE)).select(*keys, SEQ), summary, txn)
+            changes = final.select(
+                *[F.col(quote(c)) for c in columns],
+                F.col(SEQ).alias(SCD1_SEQUENCE),
+                F.when(F.col(DELETE), F.lit("delete")).otherwise(F.lit("upsert")).alias(ACTION),
+            )
+            return self._merge(session, changes, keys, txn, ranges)
+        finally:
+            _release(final)
 
     # --- SCD2 -------------------------------------------------------------------------------
     def _write_scd2(
-        self, filled: DataFrame, columns: list[str], txns: dict[str, int], new_truncates: list[str]
+        self,
+        session: Any,
+        filled: DataFrame,
+        rows: DataFrame,
+        columns: list[str],
+        txn: Txn,
+        summary: dict[str, Any],
+        ranges: dict[str, tuple[Any, Any, bool]],
     ) -> ApplyResult:
         keys = list(self.flow.keys)
+        # Every delete is kept as a tombstone: a late event before it then ends where it did.
+        self._write_state(rows.filter(F.col(DELETE)).select(*keys, SEQ), summary, txn)
         tracked = tracked_columns(self.flow, columns)
         by_key = Window.partitionBy(*keys).orderBy(F.col(SEQ), F.col(ORIGIN))
         tracked_value = F.struct(*[F.col(quote(c)) for c in tracked]) if tracked else F.lit(0)
@@ -580,10 +405,8 @@ class AutoCdcApplier:
         # What the target holds for these keys travels with the events: an event of ORIGIN 0 that
         # is not a delete stands for one stored version (its start is the event's sequence, its end
         # OLD_END). So what changed is found within each key's partition, with no second pass
-        # over the target. Rewriting every version of every touched key instead made a batch's
-        # cost, and the rows fetched to the driver, grow with each key's history: the 10M bench
-        # ran the heap out of memory in SCD2.
-        stored = F.col(ORIGIN) == 0
+        # over the target, and only versions that changed are rewritten.
+        stored = (F.col(ORIGIN) == 0) & ~F.col(DELETE)
         in_version = Window.partitionBy(*keys, "__version").orderBy(F.col(SEQ), F.col(ORIGIN))
         whole_version = in_version.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
         latest = Window.partitionBy(*keys, "__version").orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
@@ -620,152 +443,95 @@ class AutoCdcApplier:
             ),
         )
         changes = ranked.select(F.explode(F.filter(F.array(changed, vanished), lambda c: c.isNotNull())).alias("c"))
-        return self._commit_scd2(self.store.spill(changes.select("c.*")), txns, new_truncates)
-
-    def _commit_scd2(self, changes: ds.Dataset, txns: dict[str, int], new_truncates: list[Any]) -> ApplyResult:
-        """The changed versions (columns, start, end, action); the state keeps only truncates."""
-        if new_truncates:
-            self._write_state(None, new_truncates, txns)
-        return self._merge(changes, [*self.flow.keys, START_AT], txns)
+        changes = changes.select("c.*").localCheckpoint(eager=True)  # see `_detached`
+        try:
+            return self._merge(session, changes, [*keys, START_AT], txn, ranges)
+        finally:
+            _release(changes)
 
     # --- writes -----------------------------------------------------------------------------
-    def _write_state(
-        self,
-        rows: tuple[ds.Dataset, Callable[[pa.Table], pa.Table]] | None,
-        new_truncates: list[str],
-        txns: dict[str, int],
-    ) -> None:
-        """Tombstones and truncate markers; committed before the target, idempotently.
-
-        `rows` are SCD1's final rows with how a batch of them becomes state rows; SCD2 keeps
-        only truncate markers in its state and passes None.
-        """
-        dataset, as_state = rows if rows is not None else (None, None)
-        if self._already_committed(self.state_name, txns):
-            return
-        keys = list(self.flow.keys)
-        schema = arrow_schema(self.store.spark_schema(self.state_name))
-        truncates = pa.table(
-            {
-                **{k: pa.nulls(len(new_truncates), schema.field(k).type) for k in keys},
-                SEQ: pa.array(new_truncates).cast(schema.field(SEQ).type),
-                "kind": pa.array(["truncate"] * len(new_truncates), pa.string()),
-            },
-            schema=schema,
-        )
-        if truncates.num_rows + (dataset.count_rows() if dataset is not None else 0) == 0:
-            self.store.commit_progress(self.state_name, txns)
-            return
-        data = _stream(schema, truncates.to_batches(), dataset, as_state)
-        on = " AND ".join(f"(t.{quote(k)} <=> s.{quote(k)})" for k in keys)
-        predicate = bounded(f"({on}) AND t.`kind` <> 'truncate' AND s.`kind` <> 'truncate'", dataset, keys)
-        self.store.merge(
-            self.state_name,
-            data,
-            _datafusion(predicate),
-            txns,
-            assignments={quote(f.name): f"s.{quote(f.name)}" for f in schema},
-            delete_when="s.`kind` = 'clear'",
-            update_when="s.`kind` = 'tombstone'",
-            insert_when="s.`kind` <> 'clear'",
-        )
-
-    def _already_committed(self, name: str, txns: dict[str, int]) -> bool:
-        return bool(txns) and all((self.store.txn_version(name, k) or -1) >= v for k, v in txns.items())
+    # `_detached`: a MERGE's source is computed once, before the writes, and kept without its
+    # lineage (`localCheckpoint`). The rebuild reads the target itself; a cached plan reading
+    # the target is recached by Delta when the MERGE commits to that same table, which Delta
+    # refuses mid-MERGE, and without a copy Delta would compute the rebuild twice.
+    def _write_state(self, tombstones: DataFrame, summary: dict[str, Any], txn: Txn) -> None:
+        """Append the batch's tombstones and truncates, before the target's MERGE. Appended,
+        never merged: a tombstone older than a key's stored row changes nothing in a rebuild
+        (the row is later), so none needs removing, and an append costs a fraction of a MERGE.
+        A batch with no delete and no truncate writes nothing here."""
+        if summary["truncates"]:
+            seq_type = self.store.schema(self.state_name)[SEQ].dataType
+            markers = summary["new_truncates"].select(F.col(SEQ).cast(seq_type).alias(SEQ))
+            self.store.append(self.truncates_name, markers, txn, {"layer": "state"})
+        if summary["deletes"] or summary["truncates"]:
+            schema = self.store.schema(self.state_name)
+            rows = tombstones.select(*[F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields])
+            self.store.append(self.state_name, rows, txn)
 
     def _merge(
         self,
-        changes: ds.Dataset,
+        session: Any,
+        changes: DataFrame,
         match: list[str],
-        txns: dict[str, int],
-        as_changes: Callable[[pa.Table], pa.Table] | None = None,
+        txn: Txn,
+        ranges: dict[str, tuple[Any, Any, bool]],
     ) -> ApplyResult:
-        if self._already_committed(self.flow.target, txns):
-            return ApplyResult()
-        schema = self.store.spark_schema(self.flow.target)
-        if changes.count_rows() == 0:
-            self.store.commit_progress(self.flow.target, txns)
-            return ApplyResult()
-        on = " AND ".join(f"(t.{quote(c)} <=> s.{quote(c)})" for c in match)
-        predicate = bounded(on, changes, list(self.flow.keys))
-        data = _stream(arrow_schema(schema).append(pa.field(ACTION, pa.string())), [], changes, as_changes)
-        metrics = self.store.merge(
-            self.flow.target,
-            data,
-            _datafusion(predicate),
-            txns,
-            assignments={quote(c): f"s.{quote(c)}" for c in schema.fieldNames()},
-            delete_when=f"s.{ACTION} = 'delete'",
-            update_when=f"s.{ACTION} = 'upsert'",
-            insert_when=f"s.{ACTION} = 'upsert'",
+        """The changed rows (with their ACTION) into the target, in one MERGE."""
+        schema = self.store.schema(self.flow.target)
+        changes = changes.select(
+            *[
+                (F.col(quote(f.name)) if f.name in changes.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+                for f in schema.fields
+            ],
+            ACTION,
         )
+        on = _all([F.col(f"t.{quote(c)}").eqNullSafe(F.col(f"s.{quote(c)}")) for c in match]) & _within(ranges, "t")
+        assignments = {quote(c): F.col(f"s.{quote(c)}") for c in schema.fieldNames()}
+        commit_point(f"before merge into {self.flow.target}")
+        with self.store.idempotent(session, txn), self.store.merging(session):
+            metrics = (
+                self.store.merge_table(self.flow.target, session)
+                .alias("t")
+                .merge(changes.alias("s"), on)
+                .whenMatchedDelete(F.col(f"s.{ACTION}") == "delete")
+                .whenMatchedUpdate(F.col(f"s.{ACTION}") == "upsert", set=assignments)
+                .whenNotMatchedInsert(F.col(f"s.{ACTION}") == "upsert", values=assignments)
+                .execute()
+            )
+        commit_point(f"after merge into {self.flow.target}")
+        counts = metrics.first() if metrics is not None else None
+        if counts is None:
+            return ApplyResult()
+        values = counts.asDict()
         return ApplyResult(
-            upserted=int(metrics.get("num_target_rows_inserted", 0)) + int(metrics.get("num_target_rows_updated", 0)),
-            deleted=int(metrics.get("num_target_rows_deleted", 0)),
+            upserted=int(values.get("num_inserted_rows") or 0) + int(values.get("num_updated_rows") or 0),
+            deleted=int(values.get("num_deleted_rows") or 0),
         )
 
 
-def _as_events(part: pa.Table, origin: int, delete: bool | pa.ChunkedArray, schema: pa.Schema) -> pa.Table:
-    """Rows as `_apply_in_driver` events: `schema`'s columns (absent ones NULL), then origin.
-    `delete` is each row's flag, or one flag for every row."""
-    flags = delete if isinstance(delete, pa.ChunkedArray) else pa.repeat(delete, part.num_rows)
-    events = _conform(part.append_column(DELETE, flags), schema)
-    return events.append_column(ORIGIN, pa.repeat(pa.scalar(origin, pa.int8()), part.num_rows))
+def _all(conditions: list[Column]) -> Column:
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = result & condition
+    return result
 
 
-def _scd1_state_rows(keys: list[str]) -> Callable[[pa.Table], pa.Table]:
-    """SCD1's final rows as state rows: a delete leaves a tombstone, anything else clears it."""
-
-    def state_rows(rows: pa.Table) -> pa.Table:
-        deleted = rows.column(DELETE).fill_null(False)
-        kind = pc.if_else(deleted, "tombstone", "clear")
-        return pa.table({**{k: rows.column(k) for k in keys}, SEQ: rows.column(SEQ), "kind": kind})
-
-    return state_rows
-
-
-def _scd1_changes(columns: list[str]) -> Callable[[pa.Table], pa.Table]:
-    """SCD1's final rows as the target's changes."""
-
-    def changes(rows: pa.Table) -> pa.Table:
-        deleted = rows.column(DELETE).fill_null(False)
-        return pa.table(
-            {
-                **{c: rows.column(c) for c in columns},
-                SCD1_SEQUENCE: rows.column(SEQ),
-                ACTION: pc.if_else(deleted, "delete", "upsert"),
-            }
-        )
-
-    return changes
+def _within(ranges: dict[str, tuple[Any, Any, bool]], alias: str) -> Column:
+    """Each ranged key between the batch's lowest and highest value (or NULL, when the batch has
+    a NULL key): literals Delta prunes the target's files by, from their statistics. Files are
+    pruned, never rows: a target row outside the range matches no batch row anyway."""
+    condition = F.lit(True)
+    for key, (low, high, has_null) in ranges.items():
+        column = F.col(f"{alias}.{quote(key)}")
+        within = column.between(F.lit(low), F.lit(high))
+        condition = condition & ((within | column.isNull()) if has_null else within)
+    return condition
 
 
-def _stream(
-    schema: pa.Schema,
-    first: list[pa.RecordBatch],
-    rows: ds.Dataset | None,
-    convert: Callable[[pa.Table], pa.Table] | None,
-) -> pa.RecordBatchReader:
-    """`first`, then `rows` batch by batch through `convert`, all in `schema`: what delta-rs reads."""
-
-    def batches() -> Iterator[pa.RecordBatch]:
-        yield from first
-        for batch in rows.to_batches() if rows is not None else ():
-            table = pa.Table.from_batches([batch])
-            yield from _conform(convert(table) if convert is not None else table, schema).to_batches()
-
-    return pa.RecordBatchReader.from_batches(schema, batches())
-
-
-def _conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
-    """`data` with exactly `schema`'s columns, in its order and types (absent ones NULL)."""
-    columns = [
-        data.column(f.name).cast(f.type) if f.name in data.column_names else pa.nulls(data.num_rows, f.type)
-        for f in schema
-    ]
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
-def _datafusion(predicate: str) -> str:
-    """DataFusion spells null-safe equality `IS NOT DISTINCT FROM`."""
-    return predicate.replace(" <=> ", " IS NOT DISTINCT FROM ")
+def _release(detached: DataFrame) -> None:
+    """Free a `localCheckpoint`'s blocks now. `unpersist` does not reach them (they are not in
+    the cache manager), and Spark's cleaner frees them only once the JVM collects the plan, so
+    a long-running driver would fill its storage memory with finished MERGE sources."""
+    plan = detached._jdf.queryExecution().logical()
+    if plan.getClass().getSimpleName() == "LogicalRDD":
+        plan.rdd().unpersist(False)

@@ -13,10 +13,9 @@ import json
 import uuid
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from cdc_medallion.storage.delta_rs import SYSTEM_DIR, DeltaRsStore, arrow_schema
+from cdc_medallion.storage.delta_store import SYSTEM_DIR, DeltaStore
 
 EVENT_LOG = f"{SYSTEM_DIR}/event_log"
 ORIGIN = StructType(
@@ -43,7 +42,7 @@ EVENT_LOG_SCHEMA = StructType(
 class EventLog:
     """Buffers one update's events and appends them in one commit (and on failure)."""
 
-    def __init__(self, store: DeltaRsStore, pipeline_name: str, update_id: str) -> None:
+    def __init__(self, store: DeltaStore, pipeline_name: str, update_id: str) -> None:
         self.store = store
         self.pipeline_name = pipeline_name
         self.update_id = update_id
@@ -78,6 +77,6 @@ class EventLog:
     def flush(self) -> None:
         if not self.events:
             return
-        table = pa.Table.from_pylist(self.events, schema=arrow_schema(EVENT_LOG_SCHEMA))
-        self.store.append_arrow(EVENT_LOG, table, EVENT_LOG_SCHEMA, txns={}, properties={"layer": "system"})
+        rows = self.store.spark.createDataFrame(self.events, schema=EVENT_LOG_SCHEMA)
+        self.store.append(EVENT_LOG, rows, None, properties={"layer": "system"})
         self.events.clear()

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -72,15 +70,16 @@ def _any_of(rules: list[str]) -> str:
     return f"exists({FAILED}, failed_rule -> failed_rule IN ({', '.join(sql_text(r) for r in rules)}))"
 
 
-#: A batch's rows: a DataFrame, or an Arrow table when the batch was small enough to collect.
-Rows = DataFrame | pa.Table
-
-
 @dataclass
 class Split:
-    valid: Rows
-    quarantine: Rows | None
+    valid: DataFrame
+    quarantine: DataFrame | None
     report: ExpectationReport
+
+    @property
+    def kept(self) -> int:
+        """Rows that go on to the dataset (neither dropped nor quarantined)."""
+        return self.report.rows - self.report.dropped - self.report.quarantined
 
 
 def split(marked: DataFrame, expectations: tuple[Expectation, ...], dataset: str) -> Split:
@@ -113,46 +112,5 @@ def split(marked: DataFrame, expectations: tuple[Expectation, ...], dataset: str
         )
     rejected = _any_of(by_action[Action.DROP] + by_action[Action.QUARANTINE])
     valid = marked.filter(f"NOT ({rejected})").drop(FAILED)
-    quarantined = marked.filter(quarantine) if by_action[Action.QUARANTINE] else None
-    return Split(valid=valid, quarantine=quarantined, report=report)
-
-
-def split_arrow(marked: pa.Table, expectations: tuple[Expectation, ...], dataset: str) -> Split:
-    """`split` for a marked batch collected into the driver: the same counts and rows, no job.
-
-    The marks themselves are Spark's (`mark`), so the rules mean the same on both paths; only
-    the counting and filtering is done here. `tests/test_expectations.py` compares the two.
-    """
-    report = ExpectationReport(dataset=dataset, rows=marked.num_rows)
-    lists = marked.column(FAILED).combine_chunks() if marked.num_rows else pa.array([], pa.list_(pa.string()))
-    failed_names = pc.list_flatten(lists)
-    owners = pc.list_parent_indices(lists)  # the row each failed name belongs to
-    row_ids = pa.array(range(marked.num_rows), pa.int64())
-    tally = {str(v["values"]): int(v["counts"]) for v in pc.value_counts(failed_names).to_pylist()}
-    for rule in expectations:
-        failed = tally.get(rule.name, 0)
-        report.counts[rule.name] = (report.rows - failed, failed)
-
-    def any_of(rules: list[str]) -> pa.BooleanArray:
-        named = pc.fill_null(pc.is_in(failed_names, value_set=pa.array(rules, pa.string())), False)
-        return pc.is_in(row_ids, value_set=pc.filter(owners, named).cast(pa.int64()))
-
-    def count(mask: pa.BooleanArray) -> int:
-        return int(pc.sum(mask).as_py() or 0)
-
-    by_action = {a: [r.name for r in expectations if r.action is a] for a in Action}
-    quarantine = any_of(by_action[Action.QUARANTINE])
-    report.quarantined = count(quarantine)
-    report.dropped = count(pc.and_(any_of(by_action[Action.DROP]), pc.invert(quarantine)))
-    failing = [n for n in by_action[Action.FAIL] if report.counts[n][1] > 0]
-    if failing:
-        sample = marked.filter(any_of(failing)).slice(0, 1).to_pylist()
-        raise ExpectationFailed(
-            f"{dataset}: expectation(s) {', '.join(failing)} failed on "
-            f"{sum(report.counts[n][1] for n in failing)} row(s); nothing was committed. "
-            f"First failing row: {sample[0] if sample else '?'}"
-        )
-    rejected = any_of(by_action[Action.DROP] + by_action[Action.QUARANTINE])
-    valid = marked.filter(pc.invert(rejected)).drop_columns([FAILED])
     quarantined = marked.filter(quarantine) if by_action[Action.QUARANTINE] else None
     return Split(valid=valid, quarantine=quarantined, report=report)

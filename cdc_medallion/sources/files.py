@@ -1,68 +1,83 @@
-"""Local bronze landing from files, byte-exact and incremental.
+"""Local bronze landing from files, byte-exact and incremental, as a Spark streaming source.
 
 Three layouts: `json-lines` (one message per line), `kafka-dump` (one JSON object per line
 with topic/partition/offset/timestamp/key/value or value_base64/headers; `kafka_dump.py`) and
-`files` (one message per file). How far each file has been landed is recorded as app
-transactions in the same commit as the rows (bytes and lines consumed), so a re-run resumes
-exactly there.
+`files` (one message per file). Files may grow: the source's offset is, per file, how many bytes
+and lines of it have been landed, so a stream resumes exactly at the next line. Spark keeps the
+offsets in the query's checkpoint, which is what makes landing exactly-once with the idempotent
+bronze write (`runner/batches.py`).
 
-A batch's lines are read as one block and cut at its newlines, and its columns built as Arrow
-arrays: a Python dict per message, turned into Arrow by `from_pylist`, cost about 10 µs a
-message, more than reading it.
+`FileLanding` plans micro-batches (in the driver: bounded in messages and bytes, whichever comes
+first) and reads them (in a task: one block per file range, cut at its newlines, its columns
+built as Arrow arrays). `FileSource` is the Spark data source around it, `cdc-files`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
 
-from cdc_medallion.config import DEFAULT_MAX_BYTES_PER_BATCH, SourceConf
+from cdc_medallion.config import DEFAULT_MAX_BYTES_PER_BATCH, DEFAULT_MAX_MESSAGES_PER_BATCH, InputConf, SourceConf
 from cdc_medallion.model import BRONZE_SCHEMA
 from cdc_medallion.sources.kafka_dump import KAFKA_COLUMNS, unpack_lines
-from cdc_medallion.storage.delta_rs import arrow_schema
 
-Committed = Callable[[str], int | None]
-BRONZE_ARROW = arrow_schema(BRONZE_SCHEMA)
+SOURCE_NAME = "cdc-files"
+BRONZE_ARROW = pa.schema([f.with_nullable(True) for f in to_arrow_schema(BRONZE_SCHEMA, timezone="UTC")])
 _FIRST_READ = 1 << 20  # a block is read in growing pieces, so a small batch reads little
 
+#: Per file path: [bytes landed, lines landed]. A Spark offset must be a dict of plain values.
+Offset = dict[str, dict[str, list[int]]]
 
-@dataclass
+
+@dataclass(frozen=True)
+class FileRange:
+    """One file's bytes [start, end) and the number of the first line among them."""
+
+    path: str
+    start: int
+    end: int
+    first_line: int
+
+
+@dataclass(frozen=True)
 class LandingBatch:
-    """New messages plus the progress to commit with them."""
+    """One planned batch read in the driver: its rows and the offset that ends it."""
 
-    tables: list[pa.Table] = field(default_factory=list)
-    txns: dict[str, int] = field(default_factory=dict)
-    more: bool = False
-    bytes_read: int = 0
-    messages: int = 0
+    rows: pa.Table
+    offset: Offset
 
-    def add(self, table: pa.Table) -> None:
-        self.tables.append(table)
-        self.messages += table.num_rows
+    @property
+    def messages(self) -> int:
+        return self.rows.num_rows
 
     def to_arrow(self) -> pa.Table:
-        return pa.concat_tables(self.tables) if self.tables else BRONZE_ARROW.empty_table()
-
-
-def _file_id(path: Path) -> str:
-    return hashlib.sha1(str(path).encode("utf-8")).hexdigest()[:20]
+        return self.rows
 
 
 class FileLanding:
-    """Reads the messages of one source's input that are not landed yet."""
+    """What one source's input holds beyond an offset, planned and read in bounded batches."""
 
-    def __init__(self, source: SourceConf, max_messages: int, max_bytes: int = DEFAULT_MAX_BYTES_PER_BATCH) -> None:
+    def __init__(
+        self,
+        source: SourceConf,
+        max_messages: int = DEFAULT_MAX_MESSAGES_PER_BATCH,
+        max_bytes: int = DEFAULT_MAX_BYTES_PER_BATCH,
+    ) -> None:
         if source.input is None:
             raise ValueError(f"source {source.name!r} has no local input")
         self.source = source
-        self.input = source.input
+        self.input: InputConf = source.input
         self.max_messages = max_messages
         self.max_bytes = max_bytes
 
@@ -74,43 +89,70 @@ class FileLanding:
             return []
         return sorted(p for p in path.rglob(self.input.pattern) if p.is_file() and not p.name.startswith("."))
 
-    def app_ids(self, path: Path) -> tuple[str, str]:
-        base = f"land:{self.source.name}:{_file_id(path)}"
-        return f"{base}:bytes", f"{base}:lines"
+    def sizes(self) -> dict[str, int]:
+        """Each input file's size now, by path: what an `availableNow` update reads up to."""
+        return {str(p): p.stat().st_size for p in self.files()}
 
-    def next_batch(self, committed: Committed) -> LandingBatch:
-        batch = LandingBatch()
-        now = dt.datetime.now(dt.UTC)
-        for path in self.files():
-            if batch.messages >= self.max_messages or batch.bytes_read >= self.max_bytes:
-                batch.more = True
+    def plan(self, start: Offset, sizes: dict[str, int] | None = None, bounded: bool = True) -> Offset:
+        """The offset that ends the next batch after `start`: at most `max_messages` messages,
+        and up to the first line that reaches `max_bytes` (so one line bigger than the budget
+        still lands); `sizes` caps each file (None: as it is now); unbounded: everything."""
+        done = start.get("files", {})
+        end = {fid: list(position) for fid, position in done.items()}
+        messages = size_read = 0
+        max_messages = self.max_messages if bounded else 1 << 62
+        max_bytes = self.max_bytes if bounded else 1 << 62
+        current = sizes if sizes is not None else self.sizes()
+        for path, size in current.items():
+            if messages >= max_messages or size_read >= max_bytes:
                 break
-            bytes_id, lines_id = self.app_ids(path)
-            start = committed(bytes_id) or 0
-            line = committed(lines_id) or 0
-            size = path.stat().st_size
+            landed, lines = end.get(path, [0, 0])
             if self.input.layout == "files":
-                if start > 0:
+                if landed > 0:
                     continue
-                batch.add(self._table([path.read_bytes()], b"", path, 0, now))
-                batch.txns[bytes_id] = max(size, 1)
-                batch.txns[lines_id] = 1
-                batch.bytes_read += size
+                end[path] = [max(size, 1), 1]
+                messages += 1
+                size_read += size
                 continue
-            if start >= size:
+            if landed >= size:
                 continue
-            with path.open("rb") as handle:
-                handle.seek(start)
-                block = _read_block(handle, self.max_bytes - batch.bytes_read, self.max_messages - batch.messages)
-            messages = _messages(block)
-            batch.add(self._table(messages, block, path, line, now))
-            end = start + len(block)
-            batch.txns[bytes_id] = end
-            batch.txns[lines_id] = line + len(messages)
-            batch.bytes_read += len(block)
-            if end < size:
-                batch.more = True
-        return batch
+            with open(path, "rb") as handle:
+                handle.seek(landed)
+                block = _read_block(handle, min(max_bytes - size_read, size - landed), max_messages - messages)
+            count = len(_messages(block))
+            end[path] = [landed + len(block), lines + count]
+            messages += count
+            size_read += len(block)
+        return {"files": end}
+
+    def ranges(self, start: Offset, end: Offset) -> list[FileRange]:
+        """The file ranges between two offsets, in file order."""
+        before = start.get("files", {})
+        ranges = []
+        for path, (last, _) in sorted(end.get("files", {}).items()):
+            first, first_line = before.get(path, [0, 0])
+            if last > first:
+                ranges.append(FileRange(path, first, last, first_line))
+        return ranges
+
+    def read(self, part: FileRange, now: dt.datetime | None = None) -> pa.Table:
+        """One range's messages as bronze rows."""
+        now = now or dt.datetime.now(dt.UTC)
+        path = Path(part.path)
+        if self.input.layout == "files":
+            return self._table([path.read_bytes()], b"", path, 0, now)
+        with path.open("rb") as handle:
+            handle.seek(part.start)
+            block = handle.read(part.end - part.start)
+        return self._table(_messages(block), block, path, part.first_line, now)
+
+    def next_batch(self, start: Offset | None = None) -> LandingBatch:
+        """Plan and read the next batch after `start` here, in this process: what one batch of
+        the stream would land (for tools and tests; the stream reads its ranges in tasks)."""
+        start = start or {"files": {}}
+        end = self.plan(start)
+        tables = [self.read(part) for part in self.ranges(start, end)]
+        return LandingBatch(pa.concat_tables(tables) if tables else BRONZE_ARROW.empty_table(), end)
 
     def _table(self, messages: list[bytes], block: bytes, path: Path, first_line: int, now: dt.datetime) -> pa.Table:
         count = len(messages)
@@ -170,3 +212,98 @@ def _raw_messages(messages: list[bytes], topic: str | None) -> pa.Table:
     columns["value"] = pa.array(messages, pa.binary())
     columns["topic"] = pa.repeat(pa.scalar(topic, pa.string()), count)
     return pa.table(columns, schema=KAFKA_COLUMNS)
+
+
+# --- the Spark data source -----------------------------------------------------------------------
+def source_options(source: SourceConf, max_messages: int, max_bytes: int) -> dict[str, str]:
+    """The options `spark.readStream.format("cdc-files")` takes for one source."""
+    assert source.input is not None
+    return {
+        "source": json.dumps(
+            {
+                "name": source.name,
+                "format": source.format,
+                "topic": source.topic,
+                "path": str(source.input.path),
+                "layout": source.input.layout,
+                "pattern": source.input.pattern,
+            }
+        ),
+        "max_messages": str(max_messages),
+        "max_bytes": str(max_bytes),
+    }
+
+
+def _landing(options: dict[str, str]) -> FileLanding:
+    spec = json.loads(options["source"])
+    source = SourceConf(
+        name=spec["name"],
+        format=spec["format"],
+        topic=spec["topic"],
+        input=InputConf(path=Path(spec["path"]), layout=spec["layout"], pattern=spec["pattern"]),
+    )
+    return FileLanding(source, int(options["max_messages"]), int(options["max_bytes"]))
+
+
+class _Range(InputPartition):
+    def __init__(self, part: FileRange) -> None:
+        super().__init__(part)
+
+
+class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets and partitions of `FileLanding`; an `availableNow` update reads the files up to
+    their sizes when it began, so a file that keeps growing cannot keep an update running."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.landing = _landing(options)
+        self.frozen: dict[str, int] | None = None
+
+    def initialOffset(self) -> dict:
+        return {"files": {}}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.landing.max_messages)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.frozen = self.landing.sizes()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        return self.landing.plan(start, self.frozen, bounded=not isinstance(limit, ReadAllAvailable))
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return [_Range(part) for part in self.landing.ranges(start, end)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from self.landing.read(partition.value).to_batches()
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class FileSource(DataSource):
+    """`spark.readStream.format("cdc-files").options(**source_options(...)).load()`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        return BRONZE_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return FileStreamReader(dict(self.options))
+
+
+def landed_everything(source: SourceConf, offset: dict[str, Any] | None) -> bool:
+    """Whether `offset` (a checkpoint's last) covers every byte the input holds now: the runner
+    then has no reason to start the landing query at all."""
+    if offset is None:
+        return False
+    landing = FileLanding(source)
+    done = offset.get("files", {})
+    for path, size in landing.sizes().items():
+        landed = done.get(path, [0, 0])[0]
+        if landed < (max(size, 1) if landing.input.layout == "files" else size):
+            return False
+    return True

@@ -66,13 +66,17 @@ def unpack_line(raw: bytes, topic: str | None) -> dict[str, Any]:
     row: dict[str, Any] = {name: None for name in KAFKA_COLUMNS.names}
     row["topic"] = topic
     try:
-        record = json.loads(raw)
+        # Strict UTF-8 (json.loads would let encoded surrogates through), and no lone surrogate
+        # escaped in a text field: Arrow and Delta hold UTF-8 only.
+        record = json.loads(raw.decode("utf-8"))
         if not isinstance(record, dict):
             raise ValueError(f"expected a JSON object, got {type(record).__name__}")
         if "value" not in record and "value_base64" not in record:
             keys = ", ".join(sorted(record)[:8]) or "none"
             raise ValueError(f"not a Kafka record: no 'value' or 'value_base64' (keys: {keys})")
         timestamp = record.get("timestamp")
+        if isinstance(record.get("topic"), str):
+            _utf8(record["topic"])
         row.update(
             key=_bytes(record, "key"),
             value=_bytes(record, "value"),
@@ -134,6 +138,7 @@ def _plain_records(lines: list[bytes], block: bytes) -> pa.Table | None:
         return None
     options = pa_json.ParseOptions(explicit_schema=PLAIN_RECORD, unexpected_field_behavior="error")
     try:
+        block.decode("utf-8")  # Arrow's reader lets encoded surrogates through; the line reader does not
         plain = pa_json.read_json(io.BytesIO(block), parse_options=options)
     except (pa.ArrowException, ValueError):  # UnicodeDecodeError is a ValueError
         return None
@@ -183,6 +188,15 @@ def _headers(value: Any) -> list[dict[str, Any]] | None:
     else:
         raise ValueError(f"headers must be an object or an array, got {type(value).__name__}")
     return [
-        {"key": str(k), "value": None if v is None else (v if isinstance(v, str) else json.dumps(v)).encode("utf-8")}
+        {
+            "key": _utf8(str(k)),
+            "value": None if v is None else (v if isinstance(v, str) else json.dumps(v)).encode("utf-8"),
+        }
         for k, v in items
     ]
+
+
+def _utf8(text: str) -> str:
+    """`text`, refused (UnicodeEncodeError, a ValueError) if it holds a lone surrogate."""
+    text.encode("utf-8")
+    return text

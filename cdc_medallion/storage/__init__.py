@@ -1,5 +1,5 @@
-"""Delta table storage: delta-rs locally (default), delta-spark where its jars resolve."""
+"""Delta table storage, written by delta-spark (`delta_store.py`)."""
 
-from cdc_medallion.storage.delta_rs import DatasetInfo, DeltaRsStore
+from cdc_medallion.storage.delta_store import DatasetInfo, DeltaStore, Txn
 
-__all__ = ["DatasetInfo", "DeltaRsStore"]
+__all__ = ["DatasetInfo", "DeltaStore", "Txn"]

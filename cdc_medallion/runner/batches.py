@@ -1,0 +1,192 @@
+"""What a flow's streaming query does with each micro-batch (its `foreachBatch`).
+
+Every write of a batch names the query's application id and the batch id (`Txn`), so a batch
+that Spark replays after a crash (its offsets were logged, its commit was not) skips the writes
+that committed and makes the rest: quarantined rows before the dataset's rows, the state of an
+auto CDC flow before its target. Nothing is written twice and nothing is lost.
+
+A batch is counted against its expectations once (one job over the cached batch), quarantined
+rows go to `<dataset>_quarantine` with the names of the rules they failed, and the counts go to
+the event log as `flow_progress` events, as on Databricks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow, Dataset, Flow
+from cdc_medallion.faults import commit_point
+from cdc_medallion.runner import expectations as exp
+from cdc_medallion.runner.auto_cdc import AutoCdcApplier
+from cdc_medallion.storage.delta_store import Txn
+
+if TYPE_CHECKING:
+    from cdc_medallion.runner.local import LocalRunner
+
+
+@dataclass
+class FlowResult:
+    flow: str
+    target: str
+    batches: int = 0
+    output_rows: int = 0
+    quarantined: int = 0
+    dropped: int = 0
+    deleted: int = 0
+    seconds: float = 0.0  # wall clock of this flow's query in the update, shared among the flows of one query
+
+
+@dataclass
+class BatchWriter:
+    """The `foreachBatch` function of one query: one append flow, or the auto CDC flows that
+    read one source (gold's SCD1 and SCD2 flows read one view, so its batch is split once)."""
+
+    runner: LocalRunner
+    flows: Sequence[AnyFlow]
+    app_id: str
+    checked_view: Dataset | None = None
+    #: A new query over input that earlier queries read (the readers of a view changed): its
+    #: quarantine writes leave out rows the quarantine table already holds.
+    fresh: bool = False
+    error: BaseException | None = None
+    results: list[FlowResult] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.results = [self.runner.flow_result(flow) for flow in self.flows]
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        query = self.app_id.rsplit(":", 1)[0]
+        commit_point(f"before batch {batch_id} of {query}")  # its offsets are logged already
+        try:
+            self._write(batch, Txn(self.app_id, batch_id))
+        except BaseException as error:  # kept: Spark wraps what a batch raises into its own error
+            self.error = error
+            raise
+        commit_point(f"after batch {batch_id} of {query}")  # written, not yet in the checkpoint
+
+    def _write(self, batch: DataFrame, txn: Txn) -> None:
+        started = time.monotonic()
+        cached = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            rows, reports = self._view_rows(cached, txn)
+            if isinstance(self.flows[0], AutoCdcFlow):
+                self._apply_auto_cdc(rows, reports, txn, started)
+            else:
+                self._append(self.flows[0], rows, reports, txn, started)
+        finally:
+            cached.unpersist()
+
+    def _view_rows(self, batch: DataFrame, txn: Txn) -> tuple[DataFrame, list[exp.ExpectationReport]]:
+        """The batch's rows that pass the expectations of the view it read, if that view has any;
+        its quarantined rows go to the view's quarantine table."""
+        view = self.checked_view
+        if view is None:
+            return batch, []
+        split = exp.split(batch, view.expectations, view.name)
+        self._quarantine(view.name, split, txn)
+        return split.valid, [split.report]
+
+    def _quarantine(self, dataset: str, split: exp.Split, txn: Txn) -> None:
+        if split.quarantine is None or not split.report.quarantined:  # no empty quarantine tables
+            return
+        store = self.runner.store
+        name = f"{dataset}_quarantine"
+        rows = split.quarantine
+        if self.fresh and dataset == getattr(self.checked_view, "name", None):
+            rows = _not_already_in(rows, store.read(name))
+        store.append(name, rows, txn, {"layer": "quarantine", "quarantine_of": dataset})
+
+    def _append(
+        self, flow: Flow, rows: DataFrame, reports: list[exp.ExpectationReport], txn: Txn, started: float
+    ) -> None:
+        dataset = self.runner.graph.dataset(flow.target)
+        marked = exp.mark(rows, dataset.expectations, dataset.name)
+        split = exp.split(marked, dataset.expectations, dataset.name)
+        self._quarantine(dataset.name, split, txn)
+        if split.kept:
+            self.runner.store.check_schema(dataset.name, split.valid.schema)
+            self.runner.store.append(dataset.name, split.valid, txn, dataset.table_properties)
+        result = self.results[0]
+        result.batches += 1
+        result.output_rows += split.kept
+        result.quarantined += split.report.quarantined + sum(r.quarantined for r in reports)
+        result.dropped += split.report.dropped + sum(r.dropped for r in reports)
+        seconds = time.monotonic() - started
+        self.runner.progress(
+            f"  {flow.target:<40} +{split.kept:,} rows"
+            + (f", {split.report.quarantined:,} quarantined" if split.report.quarantined else "")
+            + (f", {split.report.dropped:,} dropped" if split.report.dropped else "")
+            + f" ({seconds:.1f}s)"
+        )
+        self.runner.log_flow(flow, dataset.name, split.kept, [split.report, *reports], {})
+
+    def _apply_auto_cdc(self, rows: DataFrame, reports: list[exp.ExpectationReport], txn: Txn, started: float) -> None:
+        """Each flow applies the batch in a thread of its own, with a session of its own (the
+        settings that make its MERGEs idempotent are a session's): a flow's Spark jobs are mostly
+        waiting, so the flows of one table overlap."""
+        cached = rows.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            if len(self.flows) == 1:
+                self._apply_one(self.flows[0], self.results[0], cached, reports, txn, started)
+                return
+            with ThreadPoolExecutor(max_workers=len(self.flows)) as pool:
+                running = [
+                    pool.submit(self._apply_one, flow, result, cached, reports, txn, started)
+                    for flow, result in zip(self.flows, self.results, strict=True)
+                ]
+                for future in running:
+                    future.result()
+        finally:
+            cached.unpersist()
+
+    def _apply_one(
+        self,
+        flow: AnyFlow,
+        result: FlowResult,
+        rows: DataFrame,
+        reports: list[exp.ExpectationReport],
+        txn: Txn,
+        started: float,
+    ) -> None:
+        assert isinstance(flow, AutoCdcFlow)
+        dataset = self.runner.graph.dataset(flow.target)
+        properties = {**dataset.table_properties, "scd_type": str(flow.stored_as_scd_type)}
+        session = rows.sparkSession if len(self.flows) == 1 else rows.sparkSession.newSession()
+        applied = AutoCdcApplier(self.runner.store, flow, properties).apply(rows, txn, session)
+        result.batches += 1
+        result.output_rows += applied.upserted
+        result.deleted += applied.deleted
+        seconds = time.monotonic() - started
+        self.runner.progress(
+            f"  {flow.target:<40} {applied.upserted:,} upserted, {applied.deleted:,} deleted"
+            + (f", {applied.truncates} truncate(s)" if applied.truncates else "")
+            + f" ({seconds:.1f}s)"
+        )
+        self.runner.log_flow(
+            flow,
+            dataset.name,
+            applied.upserted,
+            reports,  # each flow reports the checks of the rows it applied
+            {"num_upserted_rows": applied.upserted, "num_deleted_rows": applied.deleted},
+        )
+
+
+def _not_already_in(rows: DataFrame, stored: DataFrame) -> DataFrame:
+    """`rows` less those whose whole content `stored` holds already."""
+
+    def content(frame: DataFrame) -> Column:
+        return F.sha2(F.to_json(F.struct(*[frame[f"`{c}`"] for c in frame.columns])), 256)
+
+    seen = stored.select(content(stored).alias("__content")).distinct()
+    return rows.withColumn("__content", content(rows)).join(seen, "__content", "left_anti").drop("__content")
+
+
+BatchFunction = Callable[[DataFrame, int], None]

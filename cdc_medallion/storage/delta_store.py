@@ -1,0 +1,226 @@
+"""Every dataset of a pipeline is a Delta table under one storage root, written by delta-spark.
+
+Exactly-once comes from Delta and Spark themselves: a flow is a Structured Streaming query whose
+checkpoint records what it read, and each of its writes carries the query's application id and
+the micro-batch id (`txnAppId` / `txnVersion`). A batch replayed after a crash therefore skips
+every write that committed before the crash, table by table, and makes the others.
+
+The one seam between the runner and storage: nothing else writes a table.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from cdc_medallion.errors import SchemaMismatch
+from cdc_medallion.faults import commit_point
+from cdc_medallion.identifiers import dataset_name
+
+SYSTEM_DIR = "_system"
+STATE_DIR = "_state"
+CHECKPOINT_DIR = "_checkpoints"
+_COMMIT = re.compile(r"^(\d{20})\.json$")
+#: Delta table properties our layers carry, besides Delta's own (`delta.*`).
+GOLD_FEATURES = {"delta.enableChangeDataFeed": "true"}
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What `status` shows about one stored dataset."""
+
+    name: str
+    path: str
+    rows: int
+    version: int
+    properties: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Txn:
+    """A write's idempotency key: the writing query's application id and its batch id."""
+
+    app_id: str
+    version: int
+
+
+class DeltaStore:
+    """All datasets of one pipeline live as Delta tables under one storage root."""
+
+    def __init__(self, root: str | os.PathLike[str], spark: SparkSession) -> None:
+        self.root = Path(root).resolve()
+        self.spark = spark
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    # --- locations ------------------------------------------------------------------------
+    def path(self, name: str) -> Path:
+        """Directory of a dataset; names are validated so they cannot leave the root."""
+        if name.startswith(f"{SYSTEM_DIR}/") or name.startswith(f"{STATE_DIR}/"):
+            folder, _, rest = name.partition("/")
+            return self.root / folder / dataset_name(rest)
+        return self.root / dataset_name(name)
+
+    def checkpoint(self, query: str) -> Path:
+        """Where the streaming query named `query` keeps its checkpoint."""
+        return self.root / CHECKPOINT_DIR / dataset_name(query)
+
+    def exists(self, name: str) -> bool:
+        return self.version(name) is not None
+
+    def version(self, name: str) -> int | None:
+        """The table's latest version, from its log's file names (no JVM call); None: no table."""
+        return log_version(self.path(name))
+
+    # --- reads ----------------------------------------------------------------------------
+    def read(self, name: str) -> DataFrame:
+        """The table's current snapshot."""
+        return self.spark.read.format("delta").load(str(self.path(name)))
+
+    def read_stream(self, name: str, options: Mapping[str, str] | None = None) -> DataFrame:
+        """The table as a stream: what a streaming query has not read yet, batch by batch."""
+        return self.spark.readStream.format("delta").options(**dict(options or {})).load(str(self.path(name)))
+
+    def schema(self, name: str) -> StructType:
+        return self.read(name).schema
+
+    def properties(self, name: str) -> dict[str, str]:
+        """The table's properties (ours and Delta's), read from its log without the JVM."""
+        from deltalake import DeltaTable as LogReader
+
+        return dict(LogReader(str(self.path(name))).metadata().configuration)
+
+    def count(self, name: str) -> int:
+        return self.read(name).count() if self.exists(name) else 0
+
+    # --- writes ---------------------------------------------------------------------------
+    def ensure_table(self, name: str, schema: StructType, properties: Mapping[str, str] | None = None) -> None:
+        """Create an empty table with `schema` and our properties (as Delta table properties)."""
+        if self.exists(name):
+            return
+        builder = DeltaTable.createIfNotExists(self.spark).location(str(self.path(name))).addColumns(schema)
+        settings = dict(properties or {})
+        if settings.get("layer") == "gold":
+            settings = {**GOLD_FEATURES, **settings}
+        for key, value in settings.items():
+            builder = builder.property(key, str(value))
+        commit_point(f"before create of {name}")
+        builder.execute()
+        commit_point(f"after create of {name}")
+
+    def check_schema(self, name: str, schema: StructType) -> None:
+        """Refuse rows whose columns or types differ from the table's (never a silent cast)."""
+        have = [(f.name, f.dataType.simpleString()) for f in self.schema(name).fields]
+        want = [(f.name, f.dataType.simpleString()) for f in schema.fields]
+        if have != want:
+            raise SchemaMismatch(f"rows for {name} have columns {want}, the table has {have}")
+
+    def append(self, name: str, rows: DataFrame, txn: Txn | None, properties: Mapping[str, str] | None = None) -> None:
+        """Append `rows` in one commit, unless `txn` (or a later batch of its app) committed."""
+        self.ensure_table(name, rows.schema, properties)
+        commit_point(f"before append to {name}")
+        writer = rows.write.format("delta").mode("append")
+        if txn is not None:
+            writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
+        writer.save(str(self.path(name)))
+        commit_point(f"after append to {name}")
+
+    def overwrite(self, name: str, rows: DataFrame, properties: Mapping[str, str] | None = None) -> None:
+        """Replace a materialized view's content (recomputed each update), schema included."""
+        self.ensure_table(name, rows.schema, properties)
+        commit_point(f"before overwrite of {name}")
+        rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(str(self.path(name)))
+        commit_point(f"after overwrite of {name}")
+
+    def add_columns(self, name: str, fields: StructType) -> None:
+        """Schema evolution: columns a source added (by DDL) join the table, NULL in old rows."""
+        columns = ", ".join(f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in fields)
+        self.spark.sql(f"ALTER TABLE delta.`{self.path(name)}` ADD COLUMNS ({columns})")
+
+    @contextmanager
+    def idempotent(self, session: SparkSession, txn: Txn) -> Iterator[None]:
+        """SQL DML (MERGE) in this block commits once per `txn`, as `append` does: Delta reads
+        the application id and version from these session settings (delta-io/delta#1555)."""
+        session.conf.set("spark.databricks.delta.write.txnAppId", txn.app_id)
+        session.conf.set("spark.databricks.delta.write.txnVersion", str(txn.version))
+        try:
+            yield
+        finally:
+            session.conf.unset("spark.databricks.delta.write.txnAppId")
+            session.conf.unset("spark.databricks.delta.write.txnVersion")
+
+    @contextmanager
+    def merging(self, session: SparkSession) -> Iterator[None]:
+        """Settings for our MERGEs: their source is already computed once and detached
+        (`auto_cdc._detached`), so Delta need not copy it again."""
+        settings = {"spark.databricks.delta.merge.materializeSource": "none"}
+        previous = {key: session.conf.get(key, None) for key in settings}
+        for key, value in settings.items():
+            session.conf.set(key, value)
+        try:
+            yield
+        finally:
+            for key, value in previous.items():
+                if value is None:
+                    session.conf.unset(key)
+                else:
+                    session.conf.set(key, value)
+
+    def merge_table(self, name: str, session: SparkSession) -> DeltaTable:
+        return DeltaTable.forPath(session, str(self.path(name)))
+
+    def drop(self, name: str) -> None:
+        shutil.rmtree(self.path(name), ignore_errors=True)
+
+    def drop_all(self) -> None:
+        """Full refresh: every dataset, state table, checkpoint and the event log go."""
+        for child in self.root.iterdir():
+            if child.name == "_lock":
+                continue
+            if child.is_dir():
+                shutil.rmtree(child, ignore_errors=True)
+
+    # --- catalog --------------------------------------------------------------------------
+    def datasets(self) -> Iterable[DatasetInfo]:
+        return stored_datasets(self.root)
+
+
+def log_version(table: Path) -> int | None:
+    """A Delta table's latest version from the names in its `_delta_log` (None: not a table)."""
+    try:
+        names = os.listdir(table / "_delta_log")
+    except OSError:
+        return None
+    versions = [int(m.group(1)) for n in names if (m := _COMMIT.match(n))]
+    return max(versions) if versions else None
+
+
+def stored_datasets(root: Path) -> Iterator[DatasetInfo]:
+    """Every user-visible dataset under `root` (state tables and checkpoints are internal),
+    read from the Delta log without a JVM, for `status`."""
+    from deltalake import DeltaTable as LogReader
+
+    candidates = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("_"))
+    system = root / SYSTEM_DIR
+    if system.is_dir():
+        candidates += sorted(p for p in system.iterdir() if p.is_dir())
+    for path in candidates:
+        version = log_version(path)
+        if version is None:
+            continue
+        table = LogReader(str(path))
+        yield DatasetInfo(
+            name=path.name,
+            path=str(path),
+            rows=table.count(),
+            version=version,
+            properties=dict(table.metadata().configuration),
+        )
