@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -293,17 +293,3 @@ class FileSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return FileStreamReader(dict(self.options))
-
-
-def landed_everything(source: SourceConf, offset: dict[str, Any] | None) -> bool:
-    """Whether `offset` (a checkpoint's last) covers every byte the input holds now: the runner
-    then has no reason to start the landing query at all."""
-    if offset is None:
-        return False
-    landing = FileLanding(source)
-    done = offset.get("files", {})
-    for path, size in landing.sizes().items():
-        landed = done.get(path, [0, 0])[0]
-        if landed < (max(size, 1) if landing.input.layout == "files" else size):
-            return False
-    return True
