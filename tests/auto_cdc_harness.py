@@ -9,14 +9,14 @@ from typing import Any
 from pyspark.sql.types import StructType
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
-from cdc_medallion.runner.auto_cdc import AutoCdcApplier
+from cdc_medallion.runner.auto_cdc import apply_batch
 from cdc_medallion.storage.delta_store import DeltaStore, Txn
 
 
 def apply_batches(spark: Any, root: Path, flow: AutoCdcFlow, batches: list[list[tuple]], schema: StructType) -> None:
     store = DeltaStore(root, spark)
     for version, batch in enumerate(batches):
-        AutoCdcApplier(store, flow, {}).apply(spark.createDataFrame(batch, schema), Txn("t<-v", version))
+        apply_batch(store, flow, spark.createDataFrame(batch, schema), Txn("t<-v", version))
 
 
 def target_rows(spark: Any, root: Path, flow: AutoCdcFlow) -> list[tuple]:

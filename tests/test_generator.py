@@ -3,9 +3,18 @@ where rows stop being picked from sorted keys, and rendering does not copy table
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
-from cdc_medallion.generator.history import SMALL_TABLE, generate_history, stream_history
+from cdc_medallion.generator.database import ADDED_COLUMN, make_tables
+from cdc_medallion.generator.history import (
+    SMALL_TABLE,
+    Change,
+    History,
+    Transaction,
+    generate_history,
+    stream_history,
+)
 from cdc_medallion.generator.renderers._json_common import walk
 from cdc_medallion.generator.renderers.debezium_json import render as render_debezium
 
@@ -86,3 +95,23 @@ def test_a_streamed_incremental_input_splits_where_the_whole_rendering_does(tmp_
     assert recorded[0] == recorded[1]
     assert len((tmp_path / "whole" / "input" / "debezium.jsonl").read_bytes().splitlines()) == SMALL_TABLE + 50
     assert (tmp_path / "whole" / "increment.bin").stat().st_size > 0
+
+
+def test_an_update_that_sets_an_added_column_to_null_starts_no_version():
+    """A row made before an ADD COLUMN holds the column as NULL; an update setting it to NULL
+    changes no value, so the truth has no new SCD2 version (as auto CDC does: NULL equals NULL).
+    The 20,000-change crash drill found this: three keys whose truth had a version identical to
+    the one before it."""
+    spec = next(t for t in make_tables(3) if len(t.keys) == 2)
+    row = {c.name: None for c in spec.columns} | {spec.keys[0]: 1, spec.keys[1]: 1}
+    touched = row | {ADDED_COLUMN.name: None}
+    changed = touched | {ADDED_COLUMN.name: "gold"}
+    history = History([spec])
+    history.transactions += [
+        Transaction(1, dt.datetime(2026, 1, 1), (Change(spec.name, "INSERT", after=row),)),
+        Transaction(2, dt.datetime(2026, 1, 1), (Change(spec.name, "DDL", added=ADDED_COLUMN),)),
+        Transaction(3, dt.datetime(2026, 1, 1), (Change(spec.name, "UPDATE", before=row, after=touched),)),
+        Transaction(4, dt.datetime(2026, 1, 1), (Change(spec.name, "UPDATE", before=touched, after=changed),)),
+    ]
+    [versions] = history.versions()[spec.name].values()
+    assert [(v.row.get(ADDED_COLUMN.name), v.start) for v in versions] == [(None, (1, 0)), ("gold", (4, 0))]

@@ -101,11 +101,18 @@ class History:
                 key = tuple(change.after[k] for k in spec.keys)
                 history = table.setdefault(key, [])
                 if history and history[-1].end is None:
-                    if history[-1].row == change.after:
+                    if same_row(history[-1].row, change.after):
                         continue
                     history[-1].end = at
                 history.append(Version(dict(change.after), at))
         return result
+
+
+def same_row(a: Row, b: Row) -> bool:
+    """Whether two images of a row hold the same values. A column missing from an image is NULL:
+    a row made before an ADD COLUMN has the column, NULL, in the database, though the
+    simulation's dict of it was made without."""
+    return all(a.get(c) == b.get(c) for c in a.keys() | b.keys())
 
 
 SMALL_TABLE = 4096  # up to this many live rows, a row is picked from the sorted keys (as histories always were)

@@ -19,6 +19,7 @@ batch's own tombstones, which give the same result.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -98,98 +99,197 @@ def tracked_columns(flow: AutoCdcFlow, columns: list[str]) -> list[str]:
     return values
 
 
-def state_table(target: str) -> str:
-    """The flow's tombstones: a key and the sequence of a delete."""
-    return f"{STATE_DIR}/{target}"
+def feed_spec(flow: AutoCdcFlow) -> tuple[Any, ...] | None:
+    """What decides a flow's events and tombstones: flows that share it (gold's SCD1 and SCD2
+    flows of one table) prepare each batch once and keep one state. None when an expression is
+    a Column, which has no comparable text: such a flow keeps everything to itself."""
+    parts = (flow.sequence_by, flow.apply_as_deletes, flow.apply_as_truncates)
+    if any(isinstance(p, Column) for p in parts):
+        return None
+    return (
+        flow.source,
+        tuple(flow.keys),
+        *parts,
+        tuple(flow.column_list or ()) if flow.column_list is not None else None,
+        tuple(flow.except_column_list or ()),
+        flow.present_columns_column,
+        flow.ignore_null_updates,
+    )
 
 
-def truncates_table(target: str) -> str:
-    """The flow's truncates, by sequence: a table only once the first truncate came, so
-    whether a flow has any is a look at the file system, not a job."""
-    return f"{STATE_DIR}/{target}__truncates"
+def state_prefix(flow: AutoCdcFlow) -> str:
+    """Where the tombstones of the flows sharing `flow`'s spec live: named by the source they
+    read and a digest of the spec (a flow with a spec of its own: by its target)."""
+    spec = feed_spec(flow)
+    if spec is None:
+        return f"{STATE_DIR}/{flow.target}"
+    digest = hashlib.sha1(repr(spec).encode("utf-8")).hexdigest()[:10]
+    return f"{STATE_DIR}/{flow.source}__{digest}"
+
+
+@dataclass
+class Summary:
+    """What one job over a batch's events tells (`ChangeBatch.prepare`)."""
+
+    events: int
+    truncates: int
+    deletes: int
+    keys: int  # approximate: it only chooses a join strategy
+    ranges: dict[str, tuple[Any, Any, bool]]
+
+
+@dataclass
+class ChangeBatch:
+    """One micro-batch of a change feed, turned into events once for every flow of one spec:
+    `rows` are its upserts and deletes, `new_truncates` the sequences of its truncates."""
+
+    events: DataFrame
+    rows: DataFrame
+    new_truncates: DataFrame
+    columns: list[str]
+    summary: Summary
+    state: FeedState
+
+    @classmethod
+    def prepare(cls, store: DeltaStore, flow: AutoCdcFlow, batch: DataFrame) -> ChangeBatch | None:
+        """The batch's events, cached until `release` (None, and nothing cached, when it has none)."""
+        columns = data_columns(flow, batch.columns)
+        events = _events(flow, batch, columns).persist()
+        summary = _summary(flow, events)
+        if summary.events == 0:
+            events.unpersist()
+            return None
+        return cls(
+            events=events,
+            rows=events.filter(~F.col(TRUNCATE)).drop(TRUNCATE),
+            new_truncates=events.filter(F.col(TRUNCATE)).select(SEQ).distinct(),
+            columns=columns,
+            summary=summary,
+            state=FeedState(store, flow),
+        )
+
+    def release(self) -> None:
+        self.events.unpersist()
+
+
+class FeedState:
+    """The tombstones of the flows of one spec: every delete's key and sequence, appended, never
+    merged (a tombstone older than a key's stored row changes nothing in a rebuild, so none needs
+    removing), and each truncate's sequence in a table made at the first truncate, so whether
+    there are any is a look at the file system, not a job."""
+
+    def __init__(self, store: DeltaStore, flow: AutoCdcFlow) -> None:
+        self.store = store
+        self.keys = list(flow.keys)
+        prefix = state_prefix(flow)
+        self.tombstones_name = prefix
+        self.truncates_name = f"{prefix}__truncates"
+
+    def tombstones(self) -> DataFrame | None:
+        """None while the flows have seen no delete (the table is made by the first)."""
+        return self.store.read(self.tombstones_name) if self.store.exists(self.tombstones_name) else None
+
+    def has_truncates(self) -> bool:
+        return self.store.exists(self.truncates_name)
+
+    def truncates(self, seq_type: Any) -> DataFrame:
+        return self.store.read(self.truncates_name).select(F.col(SEQ).cast(seq_type).alias(SEQ))
+
+    def write(self, change: ChangeBatch, txn: Txn) -> None:
+        """The batch's deletes and truncates, before any flow's target: a replay after this
+        commit sees them as stored tombstones beside the same events, which rebuild the same.
+        A batch with neither writes nothing."""
+        if change.summary.truncates:
+            self.store.append(self.truncates_name, change.new_truncates, txn, {"layer": "state"})
+        if change.summary.deletes:
+            tombstones = change.rows.filter(F.col(DELETE)).select(*[F.col(quote(k)) for k in self.keys], SEQ)
+            if self.store.exists(self.tombstones_name):  # keys keep the types they were first stored with
+                schema = self.store.schema(self.tombstones_name)
+                tombstones = tombstones.select(
+                    *[F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields]
+                )
+            self.store.append(self.tombstones_name, tombstones, txn, {"layer": "state"})
+
+
+def _summary(flow: AutoCdcFlow, events: DataFrame) -> Summary:
+    """One job: how many events, deletes and truncates, about how many keys, and each orderable
+    key's range (which narrows the MERGEs to the target files that may hold the batch's keys)."""
+    is_row = ~F.col(TRUNCATE)
+    keys = list(flow.keys)
+    ranged = [k for k in keys if isinstance(events.schema[k].dataType, _RANGED)]
+    aggregates = [
+        F.count(F.lit(1)).alias("events"),
+        F.count(F.when(F.col(TRUNCATE), 1)).alias("truncates"),
+        F.count(F.when(is_row & F.col(DELETE), 1)).alias("deletes"),
+        # Only chooses a join strategy: an estimate spares the two shuffles of an exact count.
+        F.approx_count_distinct(F.when(is_row, F.struct(*[F.col(quote(k)) for k in keys]))).alias("keys"),
+    ]
+    for i, key in enumerate(ranged):
+        value = F.when(is_row, F.col(quote(key)))
+        aggregates += [F.min(value).alias(f"lo{i}"), F.max(value).alias(f"hi{i}")]
+        aggregates.append(F.max(F.when(is_row & F.col(quote(key)).isNull(), 1)).alias(f"null{i}"))
+    row = events.agg(*aggregates).first()
+    assert row is not None
+    ranges = {}
+    for i, key in enumerate(ranged):
+        if row[f"lo{i}"] is not None:
+            ranges[key] = (row[f"lo{i}"], row[f"hi{i}"], row[f"null{i}"] is not None)
+    return Summary(row["events"], row["truncates"], row["deletes"], row["keys"], ranges)
+
+
+def _events(flow: AutoCdcFlow, batch: DataFrame, columns: list[str]) -> DataFrame:
+    if flow.present_columns_column:
+        present = F.col(flow.present_columns_column)
+    elif flow.ignore_null_updates:
+        present = F.filter(
+            F.array(*[F.when(F.col(quote(c)).isNotNull(), F.lit(c)) for c in columns]), lambda x: x.isNotNull()
+        )
+    else:
+        present = F.lit(None).cast(ArrayType(StringType()))
+    sequence = F.col(flow.sequence_by) if isinstance(flow.sequence_by, str) else flow.sequence_by
+    return batch.select(
+        *[F.col(quote(c)) for c in columns],
+        sequence.alias(SEQ),
+        F.coalesce(_expr(flow.apply_as_deletes), F.lit(False)).alias(DELETE),
+        F.coalesce(_expr(flow.apply_as_truncates), F.lit(False)).alias(TRUNCATE),
+        present.alias(PRESENT),
+    ).filter(F.col(SEQ).isNotNull())
+
+
+def apply_batch(
+    store: DeltaStore, flow: AutoCdcFlow, batch: DataFrame, txn: Txn, properties: Mapping[str, str] | None = None
+) -> ApplyResult:
+    """One flow applies one batch on its own: events, tombstones, then the target."""
+    change = ChangeBatch.prepare(store, flow, batch)
+    if change is None:
+        return ApplyResult()
+    try:
+        change.state.write(change, txn)
+        return AutoCdcApplier(store, flow, properties or {}).apply(change, txn)
+    finally:
+        change.release()
 
 
 class AutoCdcApplier:
-    """Applies the micro-batches of one auto CDC flow."""
+    """Applies the micro-batches of one auto CDC flow to its target."""
 
     def __init__(self, store: DeltaStore, flow: AutoCdcFlow, properties: Mapping[str, str]) -> None:
         self.store = store
         self.flow = flow
         self.properties = dict(properties)
-        self.state_name = state_table(flow.target)
-        self.truncates_name = truncates_table(flow.target)
 
-    # --- public -----------------------------------------------------------------------------
-    def apply(self, batch: DataFrame, txn: Txn, session: SparkSession | None = None) -> ApplyResult:
-        """Apply one batch of the change feed (a static DataFrame, read more than once); the
-        writes go through `session` (default: the batch's)."""
-        flow = self.flow
-        columns = data_columns(flow, batch.columns)
-        session = session or batch.sparkSession
-        events = self._events(batch, columns).persist()
-        try:
-            summary = self._summary(events)
-            if summary["events"] == 0:
-                return ApplyResult()
-            self._ensure_target(events, columns)
-            rows = events.filter(~F.col(TRUNCATE)).drop(TRUNCATE)
-            summary["new_truncates"] = events.filter(F.col(TRUNCATE)).select(SEQ).distinct()
-            result = self._apply(session, rows, columns, summary, txn)
-            result.truncates = summary["truncates"]
-            return result
-        finally:
-            events.unpersist()
+    def apply(self, change: ChangeBatch, txn: Txn, session: SparkSession | None = None) -> ApplyResult:
+        """Apply one prepared batch whose tombstones `change.state` holds already; the writes go
+        through `session` (default: the batch's)."""
+        session = session or change.rows.sparkSession
+        self._ensure_target(change.events, change.columns)
+        # A target that holds nothing yet (its create commit only) takes the batch's rows by an
+        # append: no stored row can match, and an append costs a fraction of a MERGE.
+        empty_target = self.store.version(self.flow.target) == 0
+        result = self._apply(session, change, txn, empty_target)
+        result.truncates = change.summary.truncates
+        return result
 
-    def _summary(self, events: DataFrame) -> dict[str, Any]:
-        """One job: how many events and truncates, about how many keys, and each orderable key's
-        range (which narrows the MERGEs to the target files that may hold the batch's keys)."""
-        is_row = ~F.col(TRUNCATE)
-        keys = list(self.flow.keys)
-        ranged = [k for k in keys if isinstance(events.schema[k].dataType, _RANGED)]
-        aggregates = [
-            F.count(F.lit(1)).alias("events"),
-            F.count(F.when(F.col(TRUNCATE), 1)).alias("truncates"),
-            F.count(F.when(is_row & F.col(DELETE), 1)).alias("deletes"),
-            # Only chooses a join strategy: an estimate spares the two shuffles of an exact count.
-            F.approx_count_distinct(F.when(is_row, F.struct(*[F.col(quote(k)) for k in keys]))).alias("keys"),
-        ]
-        for i, key in enumerate(ranged):
-            value = F.when(is_row, F.col(quote(key)))
-            aggregates += [F.min(value).alias(f"lo{i}"), F.max(value).alias(f"hi{i}")]
-            aggregates.append(F.max(F.when(is_row & F.col(quote(key)).isNull(), 1)).alias(f"null{i}"))
-        row = events.agg(*aggregates).first()
-        assert row is not None
-        ranges = {}
-        for i, key in enumerate(ranged):
-            if row[f"lo{i}"] is not None:
-                ranges[key] = (row[f"lo{i}"], row[f"hi{i}"], row[f"null{i}"] is not None)
-        return {
-            "events": row["events"],
-            "truncates": row["truncates"],
-            "deletes": row["deletes"],
-            "keys": row["keys"],
-            "ranges": ranges,
-        }
-
-    # --- event preparation -------------------------------------------------------------------
-    def _events(self, batch: DataFrame, columns: list[str]) -> DataFrame:
-        flow = self.flow
-        if flow.present_columns_column:
-            present = F.col(flow.present_columns_column)
-        elif flow.ignore_null_updates:
-            present = F.filter(
-                F.array(*[F.when(F.col(quote(c)).isNotNull(), F.lit(c)) for c in columns]), lambda x: x.isNotNull()
-            )
-        else:
-            present = F.lit(None).cast(ArrayType(StringType()))
-        sequence = F.col(flow.sequence_by) if isinstance(flow.sequence_by, str) else flow.sequence_by
-        return batch.select(
-            *[F.col(quote(c)) for c in columns],
-            sequence.alias(SEQ),
-            F.coalesce(_expr(flow.apply_as_deletes), F.lit(False)).alias(DELETE),
-            F.coalesce(_expr(flow.apply_as_truncates), F.lit(False)).alias(TRUNCATE),
-            present.alias(PRESENT),
-        ).filter(F.col(SEQ).isNotNull())
 
     def _target_schema(self, events: DataFrame, columns: list[str]) -> StructType:
         fields = [events.schema[c] for c in columns]
@@ -207,24 +307,18 @@ class AutoCdcApplier:
         missing = [f for f in schema.fields if f.name not in existing.fieldNames()]
         if missing:  # schema evolution: a column appeared (e.g. added by DDL)
             self.store.add_columns(self.flow.target, StructType(missing))
-        keys = [StructField(k, schema[k].dataType, True) for k in self.flow.keys]
-        self.store.ensure_table(
-            self.state_name, StructType([*keys, StructField(SEQ, events.schema[SEQ].dataType)]), {"layer": "state"}
-        )
 
     # --- rebuild -----------------------------------------------------------------------------
-    def _apply(
-        self, session: Any, rows: DataFrame, columns: list[str], summary: dict[str, Any], txn: Txn
-    ) -> ApplyResult:
-        flow = self.flow
+    def _apply(self, session: Any, change: ChangeBatch, txn: Txn, empty_target: bool) -> ApplyResult:
+        flow, rows, columns, summary = self.flow, change.rows, change.columns, change.summary
         keys = list(flow.keys)
         target = self.store.read(flow.target)
         for column in columns:  # a column the batch lacks: treat as absent, keep previous values
             if column not in target.columns:
                 target = target.withColumn(column, F.lit(None).cast(rows.schema[column].dataType))
-        state = self.store.read(self.state_name)
-        new_truncates = summary["truncates"] > 0
-        has_truncates = new_truncates or self.store.exists(self.truncates_name)
+        state = change.state.tombstones()
+        new_truncates = summary.truncates > 0
+        has_truncates = new_truncates or change.state.has_truncates()
         to_release: list[DataFrame] = []
         if new_truncates:  # a new truncate touches every key of the table
             affected = target.select(*keys).union(rows.select(*keys)).distinct().persist()
@@ -232,12 +326,11 @@ class AutoCdcApplier:
             keys_in_batch = affected.count()
         else:  # a semi join needs no distinct keys: `rows` is cached, so reading them again is cheap
             affected = rows.select(*keys).distinct() if has_truncates else rows.select(*keys)
-            keys_in_batch = summary["keys"]
+            keys_in_batch = summary.keys
         seq_type = rows.schema[SEQ].dataType
-        truncates = summary["new_truncates"]
-        if self.store.exists(self.truncates_name):
-            stored = self.store.read(self.truncates_name).select(F.col(SEQ).cast(seq_type).alias(SEQ))
-            truncates = stored.unionByName(truncates).distinct()
+        truncates = change.new_truncates
+        if change.state.has_truncates():
+            truncates = change.state.truncates(seq_type).unionByName(truncates).distinct()
         try:
             # The keys a batch touches are few next to the table's: shipping them to every task
             # filters the target as it is read, instead of shuffling the whole target to meet
@@ -263,42 +356,47 @@ class AutoCdcApplier:
                     allowMissingColumns=flow.stored_as_scd_type == 2,  # its OLD_END is NULL
                 )
             filled = self._fill(everything, columns)
-            ranges = {} if new_truncates else summary["ranges"]
+            ranges = {} if new_truncates else summary.ranges
             if flow.stored_as_scd_type == 1:
-                return self._write_scd1(session, filled, columns, txn, summary, ranges)
-            return self._write_scd2(session, filled, rows, columns, txn, summary, ranges)
+                return self._write_scd1(session, filled, columns, txn, ranges, empty_target)
+            return self._write_scd2(session, filled, columns, txn, ranges, empty_target)
         finally:
             for df in to_release:
                 df.unpersist()
 
-    def _existing_events(self, rows: DataFrame, state: DataFrame, affected: DataFrame, columns: list[str]) -> DataFrame:
+    def _existing_events(
+        self, rows: DataFrame, state: DataFrame | None, affected: DataFrame, columns: list[str]
+    ) -> DataFrame:
         """The target's rows of the touched keys (`rows`) and the state's tombstones of those
-        keys, turned back into events."""
+        keys (none while the flow has seen no delete), turned back into events."""
         keys = list(self.flow.keys)
         schema = rows.schema
         null_present = F.lit(None).cast(ArrayType(StringType()))
-        tombstones = state.join(affected, on=keys, how="left_semi")
-        deletes = tombstones.select(
-            *[F.col(quote(k)).cast(schema[k].dataType).alias(k) for k in keys],
-            *[F.lit(None).cast(schema[c].dataType).alias(c) for c in columns if c not in keys],
-            F.col(SEQ),
-            F.lit(True).alias(DELETE),
-            null_present.alias(PRESENT),
-        )
         if self.flow.stored_as_scd_type == 1:
             upserts = rows.select(
                 *columns, F.col(SCD1_SEQUENCE).alias(SEQ), F.lit(False).alias(DELETE), null_present.alias(PRESENT)
             )
-            return upserts.unionByName(deletes).withColumn(ORIGIN, F.lit(0))
-        upserts = rows.select(
-            *columns,
-            F.col(START_AT).alias(SEQ),
-            F.lit(False).alias(DELETE),
-            null_present.alias(PRESENT),
-            F.col(END_AT).alias(OLD_END),
-        )
-        deletes = deletes.withColumn(OLD_END, F.lit(None).cast(schema[END_AT].dataType))
-        return upserts.unionByName(deletes).withColumn(ORIGIN, F.lit(0))
+        else:
+            upserts = rows.select(
+                *columns,
+                F.col(START_AT).alias(SEQ),
+                F.lit(False).alias(DELETE),
+                null_present.alias(PRESENT),
+                F.col(END_AT).alias(OLD_END),
+            )
+        if state is not None:
+            tombstones = state.join(affected, on=keys, how="left_semi")
+            deletes = tombstones.select(
+                *[F.col(quote(k)).cast(schema[k].dataType).alias(k) for k in keys],
+                *[F.lit(None).cast(schema[c].dataType).alias(c) for c in columns if c not in keys],
+                F.col(SEQ),
+                F.lit(True).alias(DELETE),
+                null_present.alias(PRESENT),
+            )
+            if self.flow.stored_as_scd_type == 2:
+                deletes = deletes.withColumn(OLD_END, F.lit(None).cast(schema[END_AT].dataType))
+            upserts = upserts.unionByName(deletes)
+        return upserts.withColumn(ORIGIN, F.lit(0))
 
     def _fill(self, events: DataFrame, columns: list[str]) -> DataFrame:
         """Carry absent columns forward within a key's life (since its last delete)."""
@@ -342,8 +440,8 @@ class AutoCdcApplier:
         filled: DataFrame,
         columns: list[str],
         txn: Txn,
-        summary: dict[str, Any],
         ranges: dict[str, tuple[Any, Any, bool]],
+        empty_target: bool,
     ) -> ApplyResult:
         keys = list(self.flow.keys)
         last = Window.partitionBy(*keys).orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
@@ -354,14 +452,12 @@ class AutoCdcApplier:
             .localCheckpoint(eager=True)  # see `_detached`
         )
         try:
-            # A key whose last event is a delete leaves a tombstone.
-            self._write_state(final.filter(F.col(DELETE)).select(*keys, SEQ), summary, txn)
             changes = final.select(
                 *[F.col(quote(c)) for c in columns],
                 F.col(SEQ).alias(SCD1_SEQUENCE),
                 F.when(F.col(DELETE), F.lit("delete")).otherwise(F.lit("upsert")).alias(ACTION),
             )
-            return self._merge(session, changes, keys, txn, ranges)
+            return self._merge(session, changes, keys, txn, ranges, empty_target)
         finally:
             _release(final)
 
@@ -370,15 +466,12 @@ class AutoCdcApplier:
         self,
         session: Any,
         filled: DataFrame,
-        rows: DataFrame,
         columns: list[str],
         txn: Txn,
-        summary: dict[str, Any],
         ranges: dict[str, tuple[Any, Any, bool]],
+        empty_target: bool,
     ) -> ApplyResult:
         keys = list(self.flow.keys)
-        # Every delete is kept as a tombstone: a late event before it then ends where it did.
-        self._write_state(rows.filter(F.col(DELETE)).select(*keys, SEQ), summary, txn)
         tracked = tracked_columns(self.flow, columns)
         by_key = Window.partitionBy(*keys).orderBy(F.col(SEQ), F.col(ORIGIN))
         tracked_value = F.struct(*[F.col(quote(c)) for c in tracked]) if tracked else F.lit(0)
@@ -445,7 +538,7 @@ class AutoCdcApplier:
         changes = ranked.select(F.explode(F.filter(F.array(changed, vanished), lambda c: c.isNotNull())).alias("c"))
         changes = changes.select("c.*").localCheckpoint(eager=True)  # see `_detached`
         try:
-            return self._merge(session, changes, [*keys, START_AT], txn, ranges)
+            return self._merge(session, changes, [*keys, START_AT], txn, ranges, empty_target)
         finally:
             _release(changes)
 
@@ -454,20 +547,6 @@ class AutoCdcApplier:
     # lineage (`localCheckpoint`). The rebuild reads the target itself; a cached plan reading
     # the target is recached by Delta when the MERGE commits to that same table, which Delta
     # refuses mid-MERGE, and without a copy Delta would compute the rebuild twice.
-    def _write_state(self, tombstones: DataFrame, summary: dict[str, Any], txn: Txn) -> None:
-        """Append the batch's tombstones and truncates, before the target's MERGE. Appended,
-        never merged: a tombstone older than a key's stored row changes nothing in a rebuild
-        (the row is later), so none needs removing, and an append costs a fraction of a MERGE.
-        A batch with no delete and no truncate writes nothing here."""
-        if summary["truncates"]:
-            seq_type = self.store.schema(self.state_name)[SEQ].dataType
-            markers = summary["new_truncates"].select(F.col(SEQ).cast(seq_type).alias(SEQ))
-            self.store.append(self.truncates_name, markers, txn, {"layer": "state"})
-        if summary["deletes"] or summary["truncates"]:
-            schema = self.store.schema(self.state_name)
-            rows = tombstones.select(*[F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields])
-            self.store.append(self.state_name, rows, txn)
-
     def _merge(
         self,
         session: Any,
@@ -475,8 +554,10 @@ class AutoCdcApplier:
         match: list[str],
         txn: Txn,
         ranges: dict[str, tuple[Any, Any, bool]],
+        empty_target: bool,
     ) -> ApplyResult:
-        """The changed rows (with their ACTION) into the target, in one MERGE."""
+        """The changed rows (with their ACTION) into the target, in one MERGE (an append while
+        the target holds nothing)."""
         schema = self.store.schema(self.flow.target)
         changes = changes.select(
             *[
@@ -485,6 +566,8 @@ class AutoCdcApplier:
             ],
             ACTION,
         )
+        if empty_target:
+            return self._insert(changes, txn)
         on = _all([F.col(f"t.{quote(c)}").eqNullSafe(F.col(f"s.{quote(c)}")) for c in match]) & _within(ranges, "t")
         assignments = {quote(c): F.col(f"s.{quote(c)}") for c in schema.fieldNames()}
         commit_point(f"before merge into {self.flow.target}")
@@ -507,6 +590,15 @@ class AutoCdcApplier:
             upserted=int(values.get("num_inserted_rows") or 0) + int(values.get("num_updated_rows") or 0),
             deleted=int(values.get("num_deleted_rows") or 0),
         )
+
+
+    def _insert(self, changes: DataFrame, txn: Txn) -> ApplyResult:
+        """The upserts of a batch into a target that holds nothing yet (deletes find nothing)."""
+        upserts = changes.filter(F.col(ACTION) == "upsert").drop(ACTION)
+        count = upserts.count()  # the source is detached and computed: counting costs no rebuild
+        if count:
+            self.store.append(self.flow.target, upserts, txn)
+        return ApplyResult(upserted=count)
 
 
 def _all(conditions: list[Column]) -> Column:

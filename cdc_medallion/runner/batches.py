@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow, Dataset, Flow
 from cdc_medallion.faults import commit_point
 from cdc_medallion.runner import expectations as exp
-from cdc_medallion.runner.auto_cdc import AutoCdcApplier
+from cdc_medallion.runner.auto_cdc import ApplyResult, AutoCdcApplier, ChangeBatch, feed_spec
 from cdc_medallion.storage.delta_store import Txn
 
 if TYPE_CHECKING:
@@ -129,38 +129,70 @@ class BatchWriter:
         self.runner.log_flow(flow, dataset.name, split.kept, [split.report, *reports], {})
 
     def _apply_auto_cdc(self, rows: DataFrame, reports: list[exp.ExpectationReport], txn: Txn, started: float) -> None:
-        """Each flow applies the batch in a thread of its own, with a session of its own (the
-        settings that make its MERGEs idempotent are a session's): a flow's Spark jobs are mostly
-        waiting, so the flows of one table overlap."""
+        """The flows that turn the batch into the same events (gold's SCD1 and SCD2 of a table)
+        prepare them once and write their tombstones once; then each flow applies them in a
+        thread of its own, with a session of its own (the settings that make its MERGE
+        idempotent are a session's): a flow's Spark jobs are mostly waiting, so they overlap."""
         cached = rows.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            if len(self.flows) == 1:
-                self._apply_one(self.flows[0], self.results[0], cached, reports, txn, started)
-                return
-            with ThreadPoolExecutor(max_workers=len(self.flows)) as pool:
-                running = [
-                    pool.submit(self._apply_one, flow, result, cached, reports, txn, started)
-                    for flow, result in zip(self.flows, self.results, strict=True)
-                ]
-                for future in running:
-                    future.result()
+            for flows in _by_feed(self.flows, self.results):
+                self._apply_feed(flows, cached, reports, txn, started)
         finally:
             cached.unpersist()
 
-    def _apply_one(
+    def _apply_feed(
         self,
-        flow: AnyFlow,
-        result: FlowResult,
+        flows: list[tuple[AutoCdcFlow, FlowResult]],
         rows: DataFrame,
         reports: list[exp.ExpectationReport],
         txn: Txn,
         started: float,
     ) -> None:
-        assert isinstance(flow, AutoCdcFlow)
+        store = self.runner.store
+        change = ChangeBatch.prepare(store, flows[0][0], rows)
+        if change is None:  # nothing for these flows in this batch
+            for flow, result in flows:
+                self._applied(flow, result, ApplyResult(), reports, started)
+            return
+        try:
+            change.state.write(change, txn)
+            if len(flows) == 1:
+                self._apply_one(flows[0][0], flows[0][1], change, reports, txn, started, rows.sparkSession)
+                return
+            with ThreadPoolExecutor(max_workers=len(flows)) as pool:
+                running = [
+                    pool.submit(self._apply_one, flow, result, change, reports, txn, started, None)
+                    for flow, result in flows
+                ]
+                for future in running:
+                    future.result()
+        finally:
+            change.release()
+
+    def _apply_one(
+        self,
+        flow: AutoCdcFlow,
+        result: FlowResult,
+        change: ChangeBatch,
+        reports: list[exp.ExpectationReport],
+        txn: Txn,
+        started: float,
+        session: SparkSession | None,
+    ) -> None:
         dataset = self.runner.graph.dataset(flow.target)
         properties = {**dataset.table_properties, "scd_type": str(flow.stored_as_scd_type)}
-        session = rows.sparkSession if len(self.flows) == 1 else rows.sparkSession.newSession()
-        applied = AutoCdcApplier(self.runner.store, flow, properties).apply(rows, txn, session)
+        session = session or change.rows.sparkSession.newSession()
+        applied = AutoCdcApplier(self.runner.store, flow, properties).apply(change, txn, session)
+        self._applied(flow, result, applied, reports, started)
+
+    def _applied(
+        self,
+        flow: AutoCdcFlow,
+        result: FlowResult,
+        applied: ApplyResult,
+        reports: list[exp.ExpectationReport],
+        started: float,
+    ) -> None:
         result.batches += 1
         result.output_rows += applied.upserted
         result.deleted += applied.deleted
@@ -172,11 +204,23 @@ class BatchWriter:
         )
         self.runner.log_flow(
             flow,
-            dataset.name,
+            flow.target,
             applied.upserted,
             reports,  # each flow reports the checks of the rows it applied
             {"num_upserted_rows": applied.upserted, "num_deleted_rows": applied.deleted},
         )
+
+
+def _by_feed(
+    flows: Sequence[AnyFlow], results: Sequence[FlowResult]
+) -> list[list[tuple[AutoCdcFlow, FlowResult]]]:
+    """The flows grouped by what their events and tombstones are made from (`feed_spec`)."""
+    groups: dict[object, list[tuple[AutoCdcFlow, FlowResult]]] = {}
+    for flow, result in zip(flows, results, strict=True):
+        assert isinstance(flow, AutoCdcFlow)
+        spec = feed_spec(flow)
+        groups.setdefault(spec if spec is not None else ("own", flow.name), []).append((flow, result))
+    return list(groups.values())
 
 
 def _not_already_in(rows: DataFrame, stored: DataFrame) -> DataFrame:

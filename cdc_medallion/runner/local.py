@@ -224,9 +224,7 @@ class LocalRunner:
                         self._run_query(self._together_with(flow))
         finally:
             self._running.pop()
-        self._done.add(name)
-        if not self.continuous:  # what reads it next needs it complete
-            self._finish([q for q in self._running_queries if any(f.target == name for f in q.flows)])
+        self._done.add(name)  # its query may still run: a reader waits for it (above), others overlap
 
     def _together_with(self, flow: AnyFlow) -> list[AnyFlow]:
         """`flow` and the other auto CDC flows reading its source, which share its query."""
@@ -278,7 +276,7 @@ class LocalRunner:
     def _finish(self, queries: list[_Running]) -> None:
         """Wait for `queries` to catch up; record what each read. The first failure stops the
         others and is raised (the others' committed batches stay: each is exactly once)."""
-        for query in queries:
+        for query in list(queries):  # `queries` may be `self._running_queries`, which shrinks
             try:
                 query.handle.awaitTermination()
             except StreamingQueryException as error:
