@@ -290,7 +290,6 @@ class AutoCdcApplier:
         result.truncates = change.summary.truncates
         return result
 
-
     def _target_schema(self, events: DataFrame, columns: list[str]) -> StructType:
         fields = [events.schema[c] for c in columns]
         seq_type = events.schema[SEQ].dataType
@@ -590,7 +589,6 @@ class AutoCdcApplier:
             upserted=int(values.get("num_inserted_rows") or 0) + int(values.get("num_updated_rows") or 0),
             deleted=int(values.get("num_deleted_rows") or 0),
         )
-
 
     def _insert(self, changes: DataFrame, txn: Txn) -> ApplyResult:
         """The upserts of a batch into a target that holds nothing yet (deletes find nothing)."""

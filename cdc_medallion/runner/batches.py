@@ -211,9 +211,7 @@ class BatchWriter:
         )
 
 
-def _by_feed(
-    flows: Sequence[AnyFlow], results: Sequence[FlowResult]
-) -> list[list[tuple[AutoCdcFlow, FlowResult]]]:
+def _by_feed(flows: Sequence[AnyFlow], results: Sequence[FlowResult]) -> list[list[tuple[AutoCdcFlow, FlowResult]]]:
     """The flows grouped by what their events and tombstones are made from (`feed_spec`)."""
     groups: dict[object, list[tuple[AutoCdcFlow, FlowResult]]] = {}
     for flow, result in zip(flows, results, strict=True):
