@@ -39,7 +39,8 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
     - DataFrame debugging off: with it each Python Column records its call site in the JVM,
       several round trips per expression.
     - RocksDB holds the state of the stateful format parsers (held messages), off the heap.
-    - CDC_MEDALLION_SPARK_CONF adds settings ("spark.a=1 spark.b=2").
+    - CDC_MEDALLION_SPARK_CONF adds settings ("spark.a=1 spark.b=2"), CDC_MEDALLION_JAVA_OPTIONS
+      options of the driver's JVM (e.g. "-XX:TieredStopAtLevel=1", quick JIT for short runs).
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -48,6 +49,7 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("MALLOC_ARENA_MAX", "2")  # read by the JVM's C library when it starts
+    jvm = os.environ.get("CDC_MEDALLION_JAVA_OPTIONS", "")
     builder = (
         SparkSession.builder.appName(app_name)
         .master(spark_master())
@@ -55,7 +57,7 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{LOG4J} -XX:+UseSerialGC")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{LOG4J} -XX:+UseSerialGC {jvm}")
         .config("spark.sql.shuffle.partitions", os.environ.get("CDC_MEDALLION_SHUFFLE_PARTITIONS", "4"))
         .config("spark.databricks.delta.snapshotPartitions", "1")
         .config("spark.sql.adaptive.enabled", "false")

@@ -22,6 +22,12 @@ os.environ.setdefault(
     " spark.databricks.delta.delta.log.cacheSize=64",
 )
 
+# Each test's pipeline is a few hundred messages through a few dozen short Spark jobs, in a JVM that
+# lives for the suite or, for the tests that kill or start processes, for one run: the JIT's
+# optimizing tier (C2) spends more CPU compiling Spark than its code saves there. Subprocesses
+# inherit it.
+os.environ.setdefault("CDC_MEDALLION_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+
 # Test batches are a few rows: two shuffle partitions (one per core) instead of four halve the
 # tasks of every shuffle.
 os.environ.setdefault("CDC_MEDALLION_SHUFFLE_PARTITIONS", "2")

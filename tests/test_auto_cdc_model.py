@@ -39,10 +39,10 @@ _OP = st.sampled_from(["U"] * 8 + ["D"] * 2 + ["T"])
 
 @st.composite
 def histories(draw: st.DrawFn) -> list[list[tuple]]:
-    """Batches of events over up to 25 keys; sequences are distinct (ties may legitimately apply
+    """Batches of events over up to 60 keys; sequences are distinct (ties may legitimately apply
     in either order), shuffled across and within batches, and truncates are rare."""
-    keys = draw(st.integers(1, 25))
-    size = draw(st.integers(1, 90))
+    keys = draw(st.integers(2, 60))
+    size = draw(st.integers(10, 240))
     events = [
         (draw(st.integers(0, keys - 1)), draw(_VALUE), draw(_VALUE), draw(_OP), draw(_PRESENT)) for _ in range(size)
     ]
@@ -121,13 +121,13 @@ def examples(count: int) -> settings:
     )
 
 
-@examples(12)
+@examples(6)
 @given(batches=histories())
 def test_scd1_batch_by_batch_gives_the_model_of_the_whole_history(spark, tmp_path_factory, batches):
     check_against_the_model(spark, tmp_path_factory, batches, FLOWS["scd1"])
 
 
-@examples(24)
+@examples(10)
 @given(batches=histories())
 def test_scd2_batch_by_batch_gives_the_model_of_the_whole_history(spark, tmp_path_factory, batches):
     check_against_the_model(spark, tmp_path_factory, batches, FLOWS["scd2"])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cdc_medallion.cli import main
 from tests.conftest import shared_path
 
 # One worker builds this module's shared storage once (make test runs pytest-xdist).
@@ -61,16 +62,24 @@ def test_status_json(ingested):
     assert {e["layer"] for e in entries} >= {"bronze", "silver", "gold", "system"}
 
 
-def test_show_json(ingested):
-    rows = json.loads(cli("show", "gold_products", "--storage", str(ingested), "--limit", "3", "--json").stdout)
+def in_process(capsys, *args: str) -> str:
+    """The CLI's `main` in this process, on the suite's Spark session: the commands whose process
+    boundary the tests above already cover, without a JVM start each."""
+    assert main(list(args)) == 0, capsys.readouterr().err[-3000:]
+    return capsys.readouterr().out
+
+
+def test_show_json(spark, ingested, capsys):
+    rows = json.loads(in_process(capsys, "show", "gold_products", "--storage", str(ingested), "--limit", "3", "--json"))
     assert len(rows) == 3 and {"id", "name", "description", "weight"} <= set(rows[0])
     assert [r["id"] for r in rows] == [101, 102, 103]
 
 
-def test_ingest_again_is_incremental(ingested):
+def test_ingest_again_is_incremental(spark, ingested, capsys):
     before = json.loads(cli("status", "--storage", str(ingested), "--json").stdout)
     fixture = shared_path("fixtures", "debezium-json", "apache_flink__debezium-postgres-data-schema-exclude.txt")
-    cli(
+    in_process(
+        capsys,
         "ingest",
         "--format",
         "debezium-json",

@@ -10,12 +10,11 @@ import decimal
 import itertools
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cdc_medallion.cli import main
 from cdc_medallion.config import load_conf
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats import get_format
@@ -474,28 +473,23 @@ def test_sample_conf_includes_this_format(spark, tmp_path):
     assert "10 values, but TEST.EMPLOYEE has 6 columns" in quarantined["error"]
 
 
-@pytest.mark.slow
-def test_cli_ingest_of_the_v11_example(tmp_path):
-    """The issue's command, through the real CLI, on the V11 example one record per line."""
+def test_cli_ingest_of_the_v11_example(spark, tmp_path, capsys):
+    """The issue's command, through the CLI's `main` (in this process: tests/test_cli.py runs the
+    command itself), on the V11 example one record per line."""
     source = tmp_path / "v11.del"
     source.write_text("\n".join(seed_examples()[1]) + "\n", encoding="utf-8")
     storage = tmp_path / "storage"
-    cli = [str(Path(sys.executable).with_name("cdc-medallion"))]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     command = ["ingest", "--format", FORMAT, "--input", str(source), "--storage", str(storage), "--quiet"]
     command += ["--columns", f"EMPLOYEE={EMPLOYEE}", "--key", "EMPLOYEE=FIRSTNME,LASTNAME"]
-    subprocess.run([*cli, *command], check=True, env=env, capture_output=True, timeout=600)
-    status = json.loads(
-        subprocess.run([*cli, "status", "--storage", str(storage), "--json"], check=True, capture_output=True).stdout
-    )
-    names = {e["name"]: e for e in status}
+    assert main(command) == 0
+    capsys.readouterr()
+    assert main(["status", "--storage", str(storage), "--json"]) == 0
+    names = {e["name"]: e for e in json.loads(capsys.readouterr().out)}
     assert names["gold_employee"]["rows"] == 3 and names["gold_employee"]["source_table"] == "EMPLOYEE"
     assert names[f"bronze_{SOURCE}"]["rows"] == names[f"silver_{SOURCE}"]["rows"] == 3
     assert f"silver_{SOURCE}_quarantine" not in names  # nothing quarantined: no quarantine table
-    shown = subprocess.run(
-        [*cli, "show", "gold_employee", "--storage", str(storage), "--json"], check=True, env=env, capture_output=True
-    )
-    rows = json.loads(shown.stdout)
+    assert main(["show", "gold_employee", "--storage", str(storage), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
     assert {(r["FIRSTNME"], r["LASTNAME"]): decimal.Decimal(r["SALARY"]) for r in rows} == {
         ("John", "Doe"): 120000,
         ("Ed", "Smith"): 150000,

@@ -156,17 +156,16 @@ def test_rerun_changes_nothing_and_full_refresh_rebuilds(spark, sample_run):
 
 
 def test_killed_between_commits_then_rerun(spark, tmp_path):
-    """SIGKILL at several commit points (bronze, silver, gold), re-running after each."""
+    """`run` SIGKILLed in gold, after a table's write and before its query's checkpoint commit,
+    then run again (tests/test_crash_safety.py kills `ingest` at random points in every layer)."""
     storage = tmp_path / "storage"
     conf = write_conf(tmp_path, storage)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "CDC_MEDALLION_SPARK_CONF": INTERPRETED}
     command = [sys.executable, "-m", "cdc_medallion.cli", "run", "--conf", str(conf), "--quiet"]
-    for point in (5, 14):  # silver append, gold merges (tests/test_crash_safety.py kills at random points)
-        result = subprocess.run(
-            command, env={**env, "CDC_MEDALLION_KILL_AT": str(point)}, capture_output=True, text=True, timeout=600
-        )
-        assert result.returncode == -9, (point, result.stdout[-2000:], result.stderr[-2000:])
-        assert "[fault injection] SIGKILL" in result.stdout
+    where = {"CDC_MEDALLION_KILL_WHERE": "after append to gold_", "CDC_MEDALLION_KILL_DELAY_MS": "300"}
+    result = subprocess.run(command, env={**env, **where}, capture_output=True, text=True, timeout=600)
+    assert result.returncode == -9, (result.stdout[-2000:], result.stderr[-2000:])
+    assert "[fault injection] SIGKILL" in result.stdout and "(after append to gold_" in result.stdout
     final = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert final.returncode == 0, final.stderr[-3000:]
     assert_gold_is_ground_truth(spark, storage)
