@@ -1,7 +1,7 @@
 """`cdc-medallion`: run the pipeline, look at its tables, ingest files ad hoc.
 
 Errors are printed as one line naming what is wrong (file, key, message, reason) and exit 2;
-a failed expectation (`expect_or_fail`) exits 3.
+a failed expectation (`expect_or_fail`) exits 3; anything else, a defect, exits 1 in one line.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from cdc_medallion.catalog import dataset_entry, dataset_status, read_dataset
 from cdc_medallion.config import DEFAULT_MAX_MESSAGES_PER_BATCH
-from cdc_medallion.errors import CdcMedallionError, ConfigError, ExpectationFailed
+from cdc_medallion.errors import CdcMedallionError, ConfigError, ExpectationFailed, first_line
 
 DEFAULT_CONF = "conf/local.yml"
 
@@ -102,6 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     except CdcMedallionError as error:
         print(f"cdc-medallion: {error}", file=sys.stderr)
         return 2
+    except Exception as error:  # a defect of ours: still one line, the traceback on request
+        if os.environ.get("CDC_MEDALLION_DEBUG"):
+            raise
+        print(
+            f"cdc-medallion: [INTERNAL_ERROR] {type(error).__name__}: {first_line(error)} "
+            "(set CDC_MEDALLION_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 # --- commands ---------------------------------------------------------------------------------

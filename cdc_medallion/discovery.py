@@ -40,6 +40,8 @@ class SeenTable:
 class Discovery:
     tables: tuple[TableConf, ...]  # configured or keyed by their messages: they get gold
     unconfigured: tuple[str, ...]  # seen in silver, no key known: silver only
+    unseen: tuple[str, ...] = ()  # configured, but no message of theirs has arrived: "source:table"
+    seen: tuple[str, ...] = ()  # every table silver has seen: "source:table"
 
     def gold_tables(self) -> set[tuple[str, str]]:
         return {(t.source, t.table.lower()) for t in self.tables if t.keys and t.columns}
@@ -207,12 +209,15 @@ def discover(store: DeltaStore, conf: PipelineConf) -> Discovery:
         names[(table.source, table.table.lower())].add(table.schema)
     tables: list[TableConf] = []
     unconfigured: list[str] = []
+    unseen: list[str] = []
     matched: set[int] = set()
     for configured in conf.tables:
         found = [
             i for i, t in enumerate(seen) if t.source == configured.source and configured.matches(t.schema, t.table)
         ]
         matched.update(found)
+        if not found:
+            unseen.append(f"{configured.source}:{configured.table}")
         columns: dict[str, str] = dict(configured.columns)
         keys = configured.keys
         for i in found:
@@ -238,4 +243,9 @@ def discover(store: DeltaStore, conf: PipelineConf) -> Discovery:
                 discovered=True,
             )
         )
-    return Discovery(tables=tuple(tables), unconfigured=tuple(sorted(unconfigured)))
+    return Discovery(
+        tables=tuple(tables),
+        unconfigured=tuple(sorted(unconfigured)),
+        unseen=tuple(unseen),
+        seen=tuple(sorted({f"{t.source}:{t.schema}.{t.table}" if t.schema else f"{t.source}:{t.table}" for t in seen})),
+    )

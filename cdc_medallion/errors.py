@@ -52,3 +52,12 @@ class FlowFailed(CdcMedallionError):
     """A flow's streaming query failed; the message names the flow and the first line of why."""
 
     code = "FLOW_FAILED"
+
+
+def first_line(error: BaseException) -> str:
+    """The line of an error that says what went wrong: Spark's own description when it has one
+    (a Java exception's message, not Py4J's "An error occurred while calling ...")."""
+    text = str(getattr(error, "desc", None) or error).strip()
+    lines = [line.strip().removeprefix(": ").strip() for line in text.splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith("An error occurred while calling")] or lines
+    return lines[0][:500] if lines else type(error).__name__

@@ -53,3 +53,21 @@ def sql_text(value: str) -> str:
     """A Spark SQL string literal for any text (rule names, table names): quotes and backslashes
     escaped, so the text stays a value however it is spelled."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def gold_column(name: str) -> str:
+    """A source column's name in gold: one more leading `_` on a name that starts with `__`.
+
+    Gold's own columns (`__sequence`, `__START_AT`, `__END_AT`, the change feed's `__op`, ...)
+    are `__` and a letter; a source may legally name a column `__START_AT` too. Escaped, no
+    source name can be one of ours, and `source_column` takes the `_` off again.
+    """
+    return "_" + name if name.startswith("__") else name
+
+
+def source_column(name: str) -> str:
+    """The source's name of gold column `name` (the inverse of `gold_column`)."""
+    return name[1:] if name.startswith("___") else name
+
+
+GOLD_COLUMN_SQL = "CASE WHEN startswith({0}, '__') THEN concat('_', {0}) ELSE {0} END"  # gold_column in SQL

@@ -7,6 +7,7 @@ silver holds and runs the whole graph (only gold has new input by then).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -40,7 +41,8 @@ def run_pipeline(
     bronze message is accounted for and (with `great_expectations`) run the GX suites and build
     their Data Docs; the results go to the event log (`cdc-medallion run` does this by default).
     `continuous`: the second update keeps every flow running until the process is stopped (the
-    tables gold has are those known when it started)."""
+    tables gold has are those known when it started). A failed flow fails the run at its end,
+    after every flow that does not read it has run (both updates, and the checks)."""
     spark = spark or get_spark()
     say = progress or (lambda _line: None)
     store = DeltaStore(conf.storage, spark)
@@ -54,6 +56,12 @@ def run_pipeline(
         say(f"landing and parsing {len(conf.sources)} source(s)")
         summary.updates.append(_update(conf, Discovery(tables=(), unconfigured=()), spark, progress))
         after = discover(store, conf)
+        for table in after.unseen:  # a --key/--columns or conf table the data does not have (yet)
+            print(
+                f"cdc-medallion: warning: table {table} is configured but no message names it; "
+                f"tables seen: {', '.join(after.seen) or 'none'}",
+                file=sys.stderr,
+            )
         say(f"applying changes to {len(after.gold_tables())} table(s)")
         summary.updates.append(_update(conf, after, spark, progress, continuous))
         summary.discovery = after
@@ -67,6 +75,9 @@ def run_pipeline(
             except Exception as error:  # the update is committed: report, do not fail the run
                 summary.quality_error = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}"
                 say(f"quality checks could not run: {summary.quality_error}")
+    failed = next((e for e in (u.error() for u in summary.updates) if e is not None), None)
+    if failed is not None:  # the flows that did not fail have committed: report, then fail the run
+        raise failed
     return summary
 
 
@@ -74,4 +85,4 @@ def _update(
     conf: PipelineConf, found: Discovery, spark: SparkSession, progress: Progress | None, continuous: bool = False
 ) -> UpdateResult:
     declared = replace(conf, tables=found.tables)
-    return LocalRunner(declared, spark, progress).update(lock=False, continuous=continuous)
+    return LocalRunner(declared, spark, progress).update(lock=False, continuous=continuous, raise_failures=False)

@@ -7,6 +7,7 @@ root on a shared file system or an object store.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -45,6 +46,9 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    # A foreachBatch that raises is logged by py4j with its traceback; the runner reports it as
+    # one line naming the flow, from the query's failure.
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

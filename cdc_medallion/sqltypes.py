@@ -93,3 +93,55 @@ def spark_type(sql_type: str) -> str:
     if sized and sized.group(1).strip() in _SIMPLE:
         return _SIMPLE[sized.group(1).strip()]
     raise ConfigError(f"unknown column type {sql_type!r}")
+
+
+# --- widening: a column's type as a source changes it (ALTER TABLE ... MODIFY / TYPE) -----------
+_INTEGERS = ("tinyint", "smallint", "int", "bigint")
+_INTEGER_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 19}
+_SPARK_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+MAX_PRECISION = 38
+
+
+def widens(old: str, new: str) -> bool:
+    """Whether every value of Spark type `old` is a value of `new`, as Delta's type widening
+    allows a column to change: a wider integer, float to double, an integer to double or to a
+    decimal with room for it, a decimal to more digits on both sides, a date to a timestamp."""
+    if old == new:
+        return True
+    if old in _INTEGERS and new in _INTEGERS:
+        return _INTEGERS.index(old) <= _INTEGERS.index(new)
+    if new == "double" and (old == "float" or old in ("tinyint", "smallint", "int")):
+        return True
+    wide = _SPARK_DECIMAL.fullmatch(new)
+    if wide is None:
+        return old == "date" and new == "timestamp_ntz"
+    precision, scale = int(wide[1]), int(wide[2])
+    if old in _INTEGER_DIGITS:
+        return precision - scale >= _INTEGER_DIGITS[old]
+    narrow = _SPARK_DECIMAL.fullmatch(old)
+    return narrow is not None and int(narrow[2]) <= scale and int(narrow[1]) - int(narrow[2]) <= precision - scale
+
+
+def wider(first: str, second: str) -> str | None:
+    """The narrowest type both widen to, or None when there is none (e.g. a number and a date)."""
+    if widens(first, second):
+        return second
+    if widens(second, first):
+        return first
+    digits = [_decimal_digits(t) for t in (first, second)]
+    if None not in digits:
+        integral = max(d[0] for d in digits if d is not None)
+        scale = max(d[1] for d in digits if d is not None)
+        if integral + scale <= MAX_PRECISION:
+            return f"decimal({integral + scale},{scale})"
+    if {first, second} <= {*_INTEGERS, "float", "double"}:
+        return "double"
+    return None
+
+
+def _decimal_digits(spark_type: str) -> tuple[int, int] | None:
+    """(digits before the point, digits after) a type's values need, for integers and decimals."""
+    if spark_type in _INTEGER_DIGITS:
+        return _INTEGER_DIGITS[spark_type], 0
+    match = _SPARK_DECIMAL.fullmatch(spark_type)
+    return None if match is None else (int(match[1]) - int(match[2]), int(match[2]))

@@ -26,7 +26,9 @@ os.environ.setdefault(
 # lives for the suite or, for the tests that kill or start processes, for one run: the JIT's
 # optimizing tier (C2) spends more CPU compiling Spark than its code saves there. Subprocesses
 # inherit it.
-os.environ.setdefault("CDC_MEDALLION_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+# Without C2 the code cache defaults to 48 MiB, which a suite's worth of Spark fills: the JIT then
+# stops ("CodeCache is full. Compiler has been disabled") and the rest runs interpreted.
+os.environ.setdefault("CDC_MEDALLION_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=256m")
 
 # Test batches are a few rows: two shuffle partitions (one per core) instead of four halve the
 # tasks of every shuffle.

@@ -111,4 +111,5 @@ def test_errors_name_what_is_wrong():
     assert parse(FAMILY, dms("insert", None))[0]["error"] == "data: insert without `data`"
     bad = parse(FAMILY, dms("insert", {"order_id": 1}, record_type="heartbeat"))[0]["error"]
     assert bad == "metadata.record-type: expected data or control, got 'heartbeat'"
-    assert [e["kind"] for e in parse(FAMILY, "")] == ["tombstone"]
+    assert [e["kind"] for e in parse(FAMILY, None)] == ["tombstone"]
+    assert parse(FAMILY, "")[0]["error"] == "value: empty message: expected a JSON object"

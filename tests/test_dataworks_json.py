@@ -96,7 +96,11 @@ def test_template_as_printed_is_quarantined_and_its_op_list_is_not_an_op():
 def test_template_fields_mean_what_the_document_says():
     """With a real op: types (LONG, STRING, BYTES = base64, DATE = epoch ms), Oracle's rowid, scn,
     the source block, the primary key, eventTime in milliseconds."""
-    event = one(without_comments(examples()["template"]).replace(ALL_OPS, "UPDATE_AFTER"))
+    template = without_comments(examples()["template"]).replace(ALL_OPS, "UPDATE_AFTER")
+    placeholder = one(template)  # its sequenceId is the placeholder "XXX": no order key, no change
+    assert placeholder["kind"] == "error"
+    assert placeholder["error"].startswith("payload.sequenceId: present but not a whole number ('XXX')")
+    event = one(template.replace('"sequenceId":"XXX"', '"sequenceId":"1620457642589000000"'))
     assert (event["kind"], event["op"]) == ("change", "UPDATE")  # one message with before and after
     assert (event["source_db"], event["source_schema"], event["source_table"]) == (
         "myDatabase",
@@ -118,9 +122,9 @@ def test_template_fields_mean_what_the_document_says():
     assert event["key_columns"] == ["pkName1", "pkName2"]  # as given, although not among the columns
     assert json.loads(event["detail"]) == {"scn": "xxxx"}
     assert event["event_ts"] == dt.datetime(1970, 1, 1, 0, 0, 0, 1000, tzinfo=dt.UTC)  # eventTime 1
-    assert event["sequence"] == "XXX|test.jsonl/000000000000"
+    assert event["sequence"] == "1620457642589000000".zfill(30) + "|test.jsonl/000000000000"
     # placeholders are facts, counted by expectations: a non-base64 BYTES value, keys not in the row
-    assert event["flags"] == ["bytes_not_base64", "key_column_missing", "sequence_not_numeric"]
+    assert event["flags"] == ["bytes_not_base64", "key_column_missing"]
 
 
 def test_heartbeat_is_not_a_change_and_measures_lag():
@@ -226,6 +230,7 @@ def test_unknown_op_missing_sequence_and_unknown_event_time():
 
 def test_key_from_primary_key_or_oracle_rowid():
     document = json.loads(without_comments(examples()["template"]).replace(ALL_OPS, "INSERT"))
+    document["payload"]["sequenceId"] = "1"  # the template's "XXX" cannot order a change
     document["schema"]["primaryKey"] = ["id"]
     assert one(json.dumps(document))["key_columns"] == ["id"]
     document["schema"]["primaryKey"] = None

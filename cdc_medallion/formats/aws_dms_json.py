@@ -34,6 +34,7 @@ from cdc_medallion.formats.json_common import (
     image_of,
     inferred_types,
     load_document,
+    order_number,
     padded,
     schema_change,
     sequence,
@@ -143,5 +144,9 @@ class AwsDmsJson(Format):
             return sequence(message)
         stamp = "" if event_ts is None else event_ts.strftime("%Y%m%d%H%M%S%f")
         return sequence(
-            message, stamp, padded(meta.get("transaction-id"), 20), padded(meta.get("transaction-record-id"), 20)
+            message,
+            stamp,
+            # A transaction id is an identifier (hex on some sources), ordered only when it is a number.
+            padded(whole_number(meta.get("transaction-id")), 20),
+            padded(order_number(meta.get("transaction-record-id"), "metadata.transaction-record-id"), 20),
         )

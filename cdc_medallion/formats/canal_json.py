@@ -32,8 +32,10 @@ from cdc_medallion.formats.json_common import (
     epoch_millis,
     image_of,
     inferred_types,
+    json_type,
     key_names,
     load_document,
+    order_number,
     padded,
     schema_change,
     sequence,
@@ -141,7 +143,7 @@ class CanalJson(Format):
         if code is None and document.get("isDdl") is not True:
             raise ParseError("type", "missing: not a Canal message")
         code = str(code or "DDL").upper()
-        order = (padded(document.get("es"), 15), padded(document.get("id"), 20))
+        order = (padded(order_number(document.get("es"), "es"), 15), padded(order_number(document.get("id"), "id"), 20))
         event_ts = epoch_millis(document.get("es"))
         if document.get("isDdl") is True or (code in DDL_TYPES and code not in OPS):
             return [self._ddl(message, document, code, sequence(message, *order), event_ts)]
@@ -219,14 +221,12 @@ class CanalJson(Format):
 
 # --- helpers ----------------------------------------------------------------------------------
 def _row_list(document: Mapping[str, Any], name: str) -> list[Any] | None:
-    """`data` / `old`: an array of row objects (a single object is read as one row)."""
+    """`data` / `old`: an array of row objects; any other JSON type is quarantined, naming it."""
     value = document.get(name)
     if value is None or value == []:
         return None
-    if isinstance(value, dict):
-        return [value]
     if not isinstance(value, list):
-        raise ParseError(name, f"expected an array of row objects, got {type(value).__name__}")
+        raise ParseError(name, f"expected an array of rows, got {json_type(value)}")
     return value
 
 

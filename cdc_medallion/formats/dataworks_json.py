@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
-from cdc_medallion.formats.json_common import load_document
+from cdc_medallion.formats.json_common import load_document, order_number
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import EPOCH, b64decode, dumps, inferred_type, text_of, timestamp_text
 from cdc_medallion.model import (
@@ -399,7 +399,7 @@ def _change(
     after: dict[str, str | None] | None,
 ) -> Event:
     flags = list(row.flags)
-    sequence = _sequence({"sequenceId": row.sequence_id}, message, required=True, flags=flags)
+    sequence = _sequence({"sequenceId": row.sequence_id}, message, required=True)
     changed = None
     if op == OP_UPDATE and before is not None and after is not None and set(before) >= set(after):
         changed = [c for c in after if before.get(c) != after.get(c)]
@@ -441,21 +441,14 @@ def _value(value: Any, kind: str | None, where: str, flags: list[str]) -> str | 
     return text_of(value)
 
 
-def _sequence(
-    payload: Mapping[str, Any], message: BronzeMessage, required: bool, flags: list[str] | None = None
-) -> str:
+def _sequence(payload: Mapping[str, Any], message: BronzeMessage, required: bool) -> str:
     """sequenceId (digits, zero-padded so it sorts as text), then the landing position."""
-    raw = payload.get("sequenceId")
-    text = "" if raw is None else str(raw).strip()
-    if not text:
+    number = order_number(payload.get("sequenceId"), "payload.sequenceId")
+    if number is None:
         if required:
             raise ParseError("payload.sequenceId", "missing: the change cannot be ordered")
         return message.position
-    if text.isdigit():
-        text = text.zfill(SEQUENCE_WIDTH)
-    elif flags is not None and "sequence_not_numeric" not in flags:
-        flags.append("sequence_not_numeric")
-    return f"{text}|{message.position}"
+    return f"{number:0{SEQUENCE_WIDTH}d}|{message.position}"
 
 
 def _text(value: Any) -> str | None:

@@ -1,7 +1,7 @@
 """Debezium JSON (`debezium-json`): with or without the Kafka Connect schema envelope.
 
 Ops c/u/d/r/t map to INSERT/UPDATE/DELETE/SNAPSHOT/TRUNCATE; `m` (logical decoding message)
-is an informational event; a null or empty value is a tombstone (counted, not a change). Types
+is an informational event; a null value is a tombstone (counted, not a change), an empty one quarantined. Types
 come from the envelope schema, including Debezium's logical types; without a schema they are
 inferred from the JSON values. Order: PostgreSQL lsn, MySQL file+pos+row, SQL Server
 commit/change lsn, Oracle scn, else ts_ms — always with the landing position as tie-breaker.
@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any, ClassVar
 
 from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
-from cdc_medallion.formats.json_common import load_document
+from cdc_medallion.formats.json_common import load_document, order_number
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import (
     EPOCH,
@@ -456,20 +456,20 @@ def _event_ts(source: Mapping[str, Any], payload: Mapping[str, Any]) -> dt.datet
 
 
 def _source_order(source: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
-    """The connector's own total order as sortable text (fixed-width numbers)."""
-    lsn = source.get("lsn")
-    if isinstance(lsn, int) and not isinstance(lsn, bool):
+    """The connector's own total order as sortable text (fixed-width numbers). A position field
+    that is present but not a number is an error (`order_number`), never a fallback."""
+    lsn = order_number(source.get("lsn"), "source.lsn")
+    if lsn is not None:
         return f"lsn:{lsn:020d}"
-    if source.get("file") is not None and isinstance(source.get("pos"), int):
-        row = source.get("row") if isinstance(source.get("row"), int) else 0
-        return f"binlog:{source['file']}:{source['pos']:020d}:{row:010d}"
+    pos = order_number(source.get("pos"), "source.pos")
+    if source.get("file") is not None and pos is not None:
+        row = order_number(source.get("row"), "source.row") or 0
+        return f"binlog:{source['file']}:{pos:020d}:{row:010d}"
     if source.get("commit_lsn") or source.get("change_lsn"):
-        serial = source.get("event_serial_no") if isinstance(source.get("event_serial_no"), int) else 0
+        serial = order_number(source.get("event_serial_no"), "source.event_serial_no") or 0
         return f"mssql:{source.get('commit_lsn') or ''}:{source.get('change_lsn') or ''}:{serial:010d}"
-    scn = source.get("scn")
-    if scn is not None and str(scn).isdigit():
-        return f"scn:{int(scn):030d}"
-    ts = source.get("ts_ms") if isinstance(source.get("ts_ms"), int) and source.get("ts_ms") else payload.get("ts_ms")
-    if isinstance(ts, int) and not isinstance(ts, bool):
-        return f"ts:{ts:020d}"
-    return "ts:"
+    scn = order_number(source.get("scn"), "source.scn")
+    if scn is not None:
+        return f"scn:{scn:030d}"
+    ts = order_number(source.get("ts_ms"), "source.ts_ms") or order_number(payload.get("ts_ms"), "payload.ts_ms")
+    return "ts:" if ts is None else f"ts:{ts:020d}"

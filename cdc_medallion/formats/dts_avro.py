@@ -53,7 +53,7 @@ from typing import Any, ClassVar
 
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats.base import Format, ParseError, register_format
-from cdc_medallion.formats.json_common import change, schema_change, sequence, value_text
+from cdc_medallion.formats.json_common import change, schema_change, sequence, tombstone, value_text
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import EPOCH, timestamp_text
 from cdc_medallion.model import (
@@ -177,6 +177,8 @@ class DtsAvro(Format):
         self.fraction = FRACTION_UNITS[self.settings["fraction_unit"]]
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
+        if message.value is None:
+            return [tombstone(message)]
         if not message.value:
             raise ParseError("value", "empty message: no DTS Avro Record")
         record, trailing = decode_record(message.value)

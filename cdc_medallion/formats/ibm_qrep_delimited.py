@@ -36,7 +36,7 @@ from cdc_medallion.formats.ibm_qrep_records import Delimiters, Header, RawRecord
 from cdc_medallion.formats.ibm_qrep_tables import TableSpec, check_code_page, image, parse_tables
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import dumps
-from cdc_medallion.model import KIND_CHANGE, KIND_TRANSACTION, OP_DELETE, OP_INSERT, OP_UPDATE
+from cdc_medallion.model import KIND_CHANGE, KIND_TOMBSTONE, KIND_TRANSACTION, OP_DELETE, OP_INSERT, OP_UPDATE
 
 OPS = {"ISRT": OP_INSERT, "REPL": OP_UPDATE, "DLET": OP_DELETE}
 DUPLICATE_FLAG = "duplicate_segment"
@@ -194,6 +194,9 @@ class IbmQrepDelimited(Format):
         seen: dict[tuple[TxKey, int, str], str] = {}
         parsed: list[_Message] = []
         for message in messages:
+            if message.value is None and not message.landing_error:  # a Kafka tombstone: counted, no records
+                events.append(self.complete({"kind": KIND_TOMBSTONE, "sequence": message.position}, message))
+                continue
             try:
                 item = self._parse(message)
                 self._assign(item, transactions, completed, seen)

@@ -25,9 +25,12 @@ Image = dict[str, str | None]
 
 
 def load_document(message: BronzeMessage) -> dict[str, Any] | None:
-    """The message's JSON object; None for a null or empty value (a Kafka tombstone)."""
-    if message.value is None or message.value.strip() == b"":
+    """The message's JSON object; None for a null value (a Kafka tombstone). An empty message
+    (an empty line or file) is not a tombstone: it carries nothing and is quarantined."""
+    if message.value is None:
         return None
+    if message.value.strip() == b"":
+        raise ParseError("value", "empty message: expected a JSON object")
     try:
         document = loads(message.value)
     except (ValueError, UnicodeDecodeError) as error:
@@ -37,8 +40,19 @@ def load_document(message: BronzeMessage) -> dict[str, Any] | None:
     return document
 
 
+def json_type(value: Any) -> str:
+    """A value's JSON type as a reason names it: "an object", "a string", ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return {dict: "an object", list: "an array", str: "a string"}.get(type(value), type(value).__name__)
+
+
 def tombstone(message: BronzeMessage) -> Event:
-    """A null or empty message: counted, never a change (the origin projects emit no row)."""
+    """A null value (a Kafka tombstone): counted, never a change (the origin projects emit no row)."""
     return {"kind": KIND_TOMBSTONE, "sequence": message.position}
 
 
@@ -109,10 +123,23 @@ def whole_number(value: Any) -> int | None:
     return None
 
 
-def padded(value: Any, width: int) -> str:
-    """A sortable fixed-width number; a missing or non-numeric value sorts first as zeros."""
+def order_number(value: Any, where: str) -> int | None:
+    """A number the format orders changes by: None when absent (null or empty text).
+
+    Present but unreadable, it is no order key: sorted as missing it would place the change
+    after (or before) every real one, and a later valid change would lose to it. So it is an
+    error naming the field, and the message goes to quarantine."""
+    if value is None or value == "":
+        return None
     number = whole_number(value)
-    return f"{max(number, 0) if number is not None else 0:0{width}d}"
+    if number is None or number < 0:
+        raise ParseError(where, f"present but not a whole number ({value!r}): the change cannot be ordered")
+    return number
+
+
+def padded(number: int | None, width: int) -> str:
+    """A sortable fixed-width number; a missing one sorts first as zeros."""
+    return f"{number if number is not None else 0:0{width}d}"
 
 
 def sequence(message: BronzeMessage, *parts: str) -> str:

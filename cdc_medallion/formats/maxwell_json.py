@@ -25,6 +25,7 @@ from cdc_medallion.formats.json_common import (
     inferred_types,
     key_names,
     load_document,
+    order_number,
     padded,
     schema_change,
     sequence,
@@ -58,10 +59,12 @@ class MaxwellJson(Format):
         if code is None:
             raise ParseError("type", "missing: not a Maxwell message")
         code = str(code).lower()
-        millis = whole_number(document.get("ts_ms"))
-        if millis is None and whole_number(document.get("ts")) is not None:
-            millis = whole_number(document["ts"]) * 1000
-        order = sequence(message, padded(millis, 15), padded(document.get("xid"), 20), _xoffset(document))
+        millis = order_number(document.get("ts_ms"), "ts_ms")
+        seconds = order_number(document.get("ts"), "ts")
+        if millis is None and seconds is not None:
+            millis = seconds * 1000
+        xid = padded(order_number(document.get("xid"), "xid"), 20)
+        order = sequence(message, padded(millis, 15), xid, _xoffset(document))
         event_ts = epoch_millis(millis)
         database = text_or_none(document.get("database"))
         if code.startswith(DDL_PREFIXES):
@@ -109,8 +112,9 @@ class MaxwellJson(Format):
 
 
 def _xoffset(document: Mapping[str, Any]) -> str:
-    if whole_number(document.get("xoffset")) is not None:
-        return padded(document["xoffset"], 10)
+    xoffset = order_number(document.get("xoffset"), "xoffset")
+    if xoffset is not None:
+        return padded(xoffset, 10)
     return padded(LAST_IN_TRANSACTION if document.get("commit") is True else 0, 10)
 
 

@@ -23,12 +23,12 @@ from cdc_medallion.formats.json_common import (
     inferred_types,
     key_names,
     load_document,
+    order_number,
     sequence,
     split_name,
     tombstone,
     unknown_operation,
     utc_timestamp,
-    whole_number,
 )
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.model import OP_DELETE, OP_INSERT, OP_TRUNCATE, OP_UPDATE
@@ -94,8 +94,6 @@ class OggJson(Format):
 
 
 def _position(pos: Any) -> str:
-    """The trail position as fixed-width text (digits padded; other text kept, after a marker)."""
-    number = whole_number(pos)
-    if number is not None:
-        return f"{number:030d}"
-    return "" if pos is None else f"~{pos}"
+    """The trail position (digits, as OGG writes it) as fixed-width text; absent: empty."""
+    number = order_number(pos, "pos")
+    return "" if number is None else f"{number:030d}"

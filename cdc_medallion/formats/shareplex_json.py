@@ -30,6 +30,7 @@ from cdc_medallion.formats.json_common import (
     image_of,
     inferred_types,
     load_document,
+    order_number,
     padded,
     schema_change,
     sequence,
@@ -83,7 +84,7 @@ class SharePlexJson(Format):
             raise unknown_operation("meta.op", meta.get("op"), ["ins", "upd", "del", "truncate", *_LONG_FORMS])
         names = split_name(meta.get("table") or self.settings["table"], "meta.table")
         seq, size = _position_in_transaction(meta)
-        scn = whole_number(meta.get("scn"))
+        scn = order_number(meta.get("scn"), "meta.scn")
         # Without an scn a change sorts after every change that has one, by commit time.
         scn_part = padded(scn, 30) if scn is not None else f"~{meta.get('time') or ''}"
         order = sequence(message, scn_part, padded(seq, 10))
@@ -146,7 +147,7 @@ _LONG_FORMS = ["INSERT", "UPDATE", "DELETE", "TRUNCATE", "DROP COLUMN", "UPDATE 
 
 def _position_in_transaction(meta: Mapping[str, Any]) -> tuple[int | None, int | None]:
     """`seq` and `size`, or the `idx` text `seq/size` when they are absent."""
-    seq, size = whole_number(meta.get("seq")), whole_number(meta.get("size"))
+    seq, size = order_number(meta.get("seq"), "meta.seq"), whole_number(meta.get("size"))
     if (seq is None or size is None) and isinstance(meta.get("idx"), str) and "/" in meta["idx"]:
         first, _, second = meta["idx"].partition("/")
         seq = seq if seq is not None else whole_number(first)

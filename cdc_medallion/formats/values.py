@@ -13,6 +13,8 @@ import decimal
 import json
 from typing import Any
 
+from cdc_medallion.sqltypes import wider
+
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 EPOCH_DATE = dt.date(1970, 1, 1)
 
@@ -76,16 +78,15 @@ def inferred_type(value: Any) -> str | None:
 # Order matters for subclasses: a bool is also an int.
 _INFERRED = {bool: "boolean", int: "bigint", decimal.Decimal: "double", float: "double", str: "string"}
 
-_WIDER = {("bigint", "double"): "double", ("double", "bigint"): "double"}
-
 
 def widen(current: str | None, new: str | None) -> str | None:
-    """The type that holds values of both (schemaless inference across messages)."""
+    """The type that holds values of both (a column typed int32 in one message and int64 in the
+    next is bigint, not text); text only when no type holds both."""
     if current is None or current == new:
         return new if current is None else current
     if new is None:
         return current
-    return _WIDER.get((current, new), "string")
+    return wider(current, new) or "string"
 
 
 def timestamp_text(value: dt.datetime) -> str:

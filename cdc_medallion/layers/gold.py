@@ -14,7 +14,7 @@ from pyspark.sql.types import ArrayType, StringType, StructField, StructType, _p
 
 from cdc_medallion import dp
 from cdc_medallion.config import PipelineConf, TableConf
-from cdc_medallion.identifiers import check_identifier, dataset_name, quote, sql_text
+from cdc_medallion.identifiers import GOLD_COLUMN_SQL, check_identifier, dataset_name, gold_column, quote, sql_text
 from cdc_medallion.layers import silver_name
 from cdc_medallion.model import KIND_CHANGE, OP_DELETE, OP_TRUNCATE, OP_UPDATE
 from cdc_medallion.quality.rules import load_rules
@@ -86,15 +86,16 @@ def changes(events: DataFrame, table: TableConf) -> DataFrame:
     for name, spark_type in table.columns.items():
         raw = f"{IMAGE}[{sql_text(check_identifier(name, f'column of {table.table}'))}]"
         value = typed(raw, spark_type)
-        columns.append(f"{value} AS {quote(name)}")
+        columns.append(f"{value} AS {quote(gold_column(name))}")
         failures.append(f"CASE WHEN {raw} IS NOT NULL AND ({value}) IS NULL THEN {sql_text(name)} END")
     gone = f"op IN ({sql_text(OP_DELETE)}, {sql_text(OP_TRUNCATE)})"
+    present = f"transform(map_keys({IMAGE}), c -> {GOLD_COLUMN_SQL.format('c')})"
     cast_errors = f"filter(array({', '.join(failures)}), x -> x IS NOT NULL)" if failures else "array()"
     return selected.selectExpr(
         *columns,
         f"op AS {OP}",
         f"sequence AS {SEQUENCE}",
-        f"CASE WHEN {gone} THEN CAST(NULL AS array<string>) ELSE map_keys({IMAGE}) END AS {PRESENT}",
+        f"CASE WHEN {gone} THEN CAST(NULL AS array<string>) ELSE {present} END AS {PRESENT}",
         f"CAST({cast_errors} AS array<string>) AS {CAST_ERRORS}",
         f"event_ts AS {EVENT_TS}",
         f"bronze_ref AS {BRONZE_REF}",
@@ -116,7 +117,7 @@ def with_old_keys(events: DataFrame, moved: str) -> DataFrame:
 
 
 def view_schema(columns: Mapping[str, str]) -> StructType:
-    fields = [StructField(name, _parse_datatype_string(t)) for name, t in columns.items()]
+    fields = [StructField(gold_column(name), _parse_datatype_string(t)) for name, t in columns.items()]
     fields += [
         StructField(OP, StringType()),
         StructField(SEQUENCE, StringType()),
@@ -131,7 +132,8 @@ def define_table(conf: PipelineConf, table: TableConf) -> None:
         check_identifier(column, f"column of {table.table}")
     gold = table.gold_name
     view = dataset_name("changes", gold.removeprefix("gold_"))
-    key_rules = {f"key_{k}_present": f"{quote(k)} IS NOT NULL OR {OP} = '{OP_TRUNCATE}'" for k in table.keys}
+    keys = [gold_column(k) for k in table.keys]
+    key_rules = {f"key_{k}_present": f"{quote(k)} IS NOT NULL OR {OP} = '{OP_TRUNCATE}'" for k in keys}
     rules = load_rules(conf.expectations, "gold", None, view_schema(table.columns))
 
     @dp.temporary_view(name=view, comment=f"Typed change feed of {table.table}")
@@ -143,7 +145,7 @@ def define_table(conf: PipelineConf, table: TableConf) -> None:
     properties = {"layer": "gold", "source": table.source, "source_table": table.table}
     common = {
         "source": view,
-        "keys": list(table.keys),
+        "keys": keys,
         "sequence_by": SEQUENCE,
         "apply_as_deletes": f"{OP} = '{OP_DELETE}'",
         "apply_as_truncates": f"{OP} = '{OP_TRUNCATE}'",
@@ -158,7 +160,7 @@ def define_table(conf: PipelineConf, table: TableConf) -> None:
         target=history,
         name=history,
         stored_as_scd_type=2,
-        track_history_except_column_list=list(table.track_history_except) or None,
+        track_history_except_column_list=[gold_column(c) for c in table.track_history_except] or None,
         **common,
     )
 

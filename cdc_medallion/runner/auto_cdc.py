@@ -203,11 +203,7 @@ class FeedState:
             self.store.append(self.truncates_name, change.new_truncates, txn, {"layer": "state"})
         if change.summary.deletes:
             tombstones = change.rows.filter(F.col(DELETE)).select(*[F.col(quote(k)) for k in self.keys], SEQ)
-            if self.store.exists(self.tombstones_name):  # keys keep the types they were first stored with
-                schema = self.store.schema(self.tombstones_name)
-                tombstones = tombstones.select(
-                    *[F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in schema.fields]
-                )
+            tombstones = self.store.conform(self.tombstones_name, tombstones)  # a key's type widens with its table
             self.store.append(self.tombstones_name, tombstones, txn, {"layer": "state"})
 
 
@@ -302,10 +298,7 @@ class AutoCdcApplier:
     def _ensure_target(self, events: DataFrame, columns: list[str]) -> None:
         schema = self._target_schema(events, columns)
         self.store.ensure_table(self.flow.target, schema, self.properties)
-        existing = self.store.schema(self.flow.target)
-        missing = [f for f in schema.fields if f.name not in existing.fieldNames()]
-        if missing:  # schema evolution: a column appeared (e.g. added by DDL)
-            self.store.add_columns(self.flow.target, StructType(missing))
+        self.store.evolve(self.flow.target, schema)  # a column added by DDL, or a type widened
 
     # --- rebuild -----------------------------------------------------------------------------
     def _apply(self, session: Any, change: ChangeBatch, txn: Txn, empty_target: bool) -> ApplyResult:

@@ -100,6 +100,7 @@ class BatchWriter:
         store = self.runner.store
         name = f"{dataset}_quarantine"
         rows = split.quarantine
+        rows = store.conform(name, rows)  # a view's column types widen as its table's do
         if self.fresh and dataset == getattr(self.checked_view, "name", None):
             rows = _not_already_in(rows, store.read(name))
         store.append(name, rows, txn, {"layer": "quarantine", "quarantine_of": dataset})

@@ -34,7 +34,7 @@ from pyspark.sql.streaming import StreamingQuery
 from cdc_medallion.config import PipelineConf, using_conf
 from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow, Dataset, DatasetKind, Flow
 from cdc_medallion.declarative.runtime import reading_with
-from cdc_medallion.errors import CdcMedallionError, ConcurrentRunError, FlowFailed, GraphError
+from cdc_medallion.errors import CdcMedallionError, ConcurrentRunError, FlowFailed, GraphError, first_line
 from cdc_medallion.runner import expectations as exp
 from cdc_medallion.runner.batches import BatchWriter, FlowResult
 from cdc_medallion.runner.event_log import EventLog
@@ -61,6 +61,31 @@ class UpdateResult:
     update_id: str
     flows: dict[str, FlowResult] = field(default_factory=dict)
     seconds: float = 0.0
+    failures: dict[str, CdcMedallionError] = field(default_factory=dict)  # flow -> why it failed
+    skipped: dict[str, str] = field(default_factory=dict)  # flow -> the failed dataset it reads
+
+    def error(self) -> CdcMedallionError | None:
+        """One error for every failed flow of the update (the first one's type and code)."""
+        if not self.failures:
+            return None
+        first = next(iter(self.failures.values()))
+        if len(self.failures) == 1 and not self.skipped:
+            return first
+        others = [name for name in self.failures][1:]
+        text = str(first).removeprefix(f"[{first.code}] ")
+        if others:
+            text += f"; {len(others)} other flow(s) failed too: {', '.join(others)}"
+        if self.skipped:
+            text += f"; {len(self.skipped)} flow(s) reading them did not run: {', '.join(self.skipped)}"
+        return type(first)(text)
+
+
+class _UpstreamFailed(Exception):
+    """A dataset a query reads failed in this update: the query is not run (internal)."""
+
+    def __init__(self, dataset: str) -> None:
+        super().__init__(dataset)
+        self.dataset = dataset
 
 
 class StorageLock:
@@ -167,9 +192,15 @@ class LocalRunner:
         self._running_queries: list[_Running] = []
 
     # --- update -------------------------------------------------------------------------------
-    def update(self, full_refresh: bool = False, lock: bool = True, continuous: bool = False) -> UpdateResult:
+    def update(
+        self, full_refresh: bool = False, lock: bool = True, continuous: bool = False, raise_failures: bool = True
+    ) -> UpdateResult:
         """Run every flow once (or, `continuous`, keep every flow running until one fails or the
-        process is stopped); `lock=False` when the caller already holds the storage lock."""
+        process is stopped); `lock=False` when the caller already holds the storage lock.
+
+        A flow that fails does not stop the flows that do not read it: they finish, the failure
+        and the flows it kept from running are in the event log, and the update then raises one
+        error naming them (or, `raise_failures=False`, leaves it in the result's `error()`)."""
         started = time.monotonic()
         with StorageLock(self.store.root) if lock else nullcontext():
             if full_refresh:
@@ -181,6 +212,7 @@ class LocalRunner:
             self.log = EventLog(self.store, self.conf.name, update_id)
             self.log.emit("create_update", f"update {update_id} started", {"full_refresh": full_refresh})
             self._done, self._flows_run, self.continuous, self._running_queries = set(), set(), continuous, []
+            self._failed: dict[str, str] = {}  # dataset -> the failed dataset it is (or reads)
             try:
                 with using_conf(self.conf):  # query functions may read the conf while they run
                     for name, dataset in self.graph.datasets.items():
@@ -196,35 +228,81 @@ class LocalRunner:
                 self.log.flush()
                 raise
             self.result.seconds = time.monotonic() - started
-            self.log.emit(
-                "update_progress",
-                f"update {update_id} completed in {self.result.seconds:.1f}s",
-                {"update_progress": {"state": "COMPLETED"}},
-            )
+            error = self.result.error()
+            if error is not None:
+                self.log.emit("update_progress", str(error), {"update_progress": {"state": "FAILED"}}, level="ERROR")
+            else:
+                self.log.emit(
+                    "update_progress",
+                    f"update {update_id} completed in {self.result.seconds:.1f}s",
+                    {"update_progress": {"state": "COMPLETED"}},
+                )
             self.log.flush()
+        if error is not None and raise_failures:
+            raise error
         return self.result
 
     def ensure_fresh(self, name: str) -> None:
-        """Bring dataset `name` up to date in this update (once), running what feeds it."""
+        """Bring dataset `name` up to date in this update (once), running what feeds it. A reader
+        of a dataset that failed gets `_UpstreamFailed` and does not run; the update goes on."""
         if name in self._done:
             if not self.continuous:
                 self._finish([q for q in self._running_queries if any(f.target == name for f in q.flows)])
+            if name in self._failed and self._running:  # asked by a reader
+                raise _UpstreamFailed(self._failed[name])
             return
         if name in self._running:
             cycle = " -> ".join([*self._running[self._running.index(name) :], name])
             raise GraphError(f"dependency cycle: {cycle}")
         self._running.append(name)
+        dataset = self.graph.dataset(name)
         try:
-            dataset = self.graph.dataset(name)
             if dataset.kind is DatasetKind.MATERIALIZED_VIEW:
-                self._run_materialized_view(dataset)
+                self._isolated(name, [dataset.name], lambda: self._run_materialized_view(dataset))
             elif dataset.kind is DatasetKind.STREAMING_TABLE:
                 for flow in self.graph.flows_into(name):
                     if flow.name not in self._flows_run:
-                        self._run_query(self._together_with(flow))
+                        flows = self._together_with(flow)
+                        self._isolated(name, [f.name for f in flows], lambda flows=flows: self._run_query(flows))
         finally:
             self._running.pop()
-        self._done.add(name)  # its query may still run: a reader waits for it (above), others overlap
+            self._done.add(name)  # its query may still run: a reader waits for it (above), others overlap
+        if name in self._failed and self._running:
+            raise _UpstreamFailed(self._failed[name])  # the query reading it does not run either
+
+    def _isolated(self, dataset: str, flows: list[str], run: Callable[[], None]) -> None:
+        """Run one dataset's flow(s); a failure is recorded against them, not raised."""
+        try:
+            run()
+        except _UpstreamFailed as upstream:
+            self._failed[dataset] = upstream.dataset
+            for flow in flows:
+                self._flows_run.add(flow)
+                self.result.skipped[flow] = upstream.dataset
+                self._log_failure(flow, dataset, f"not run: it reads {upstream.dataset}, which failed", "SKIPPED")
+        except ConcurrentRunError:
+            raise
+        except Exception as error:  # one flow's failure, whatever raised it, stops only its readers
+            self._record_failure(dataset, flows, as_flow_error(flows, error))
+
+    def _record_failure(self, dataset: str, flows: list[str], error: CdcMedallionError) -> None:
+        self._failed[dataset] = dataset
+        for flow in flows:
+            self._flows_run.add(flow)
+            self.result.failures[flow] = error
+            self._log_failure(flow, dataset, str(error), "FAILED")
+        self.progress(f"  {', '.join(flows):<40} FAILED: {error}")
+
+    def _log_failure(self, flow: str, dataset: str, message: str, status: str) -> None:
+        assert self.log is not None
+        self.log.emit(
+            "flow_progress",
+            f"flow {flow} {status.lower()}: {message}",
+            {"flow_progress": {"status": status, "error": message}},
+            flow=flow,
+            dataset=dataset,
+            level="ERROR" if status == "FAILED" else "WARN",
+        )
 
     def _together_with(self, flow: AnyFlow) -> list[AnyFlow]:
         """`flow` and the other auto CDC flows reading its source, which share its query."""
@@ -264,9 +342,7 @@ class LocalRunner:
         try:
             handle = stream.trigger(**trigger).start()
         except AnalysisException as error:  # what Spark refuses in a stream, e.g. a sort
-            self._finish(list(self._running_queries))  # the others end their update first
-            reason = str(getattr(error, "desc", None) or error).strip().splitlines()[0]
-            raise GraphError(f"flow {first.name} cannot run as a stream: {reason}") from None
+            raise GraphError(f"flow {first.name} cannot run as a stream: {first_line(error)}") from None
         self._running_queries.append(_Running(handle, writer, flows, checkpoint, inputs, query, started))
         if not self.continuous:
             active = [q for q in self._running_queries if q.handle.isActive]
@@ -274,14 +350,18 @@ class LocalRunner:
                 self._finish(active[: len(active) - self.conf.max_concurrent_flows])
 
     def _finish(self, queries: list[_Running]) -> None:
-        """Wait for `queries` to catch up; record what each read. The first failure stops the
-        others and is raised (the others' committed batches stay: each is exactly once)."""
+        """Wait for `queries` to catch up; record what each read, or that it failed (its
+        committed batches stay: each is exactly once; the other queries go on)."""
         for query in list(queries):  # `queries` may be `self._running_queries`, which shrinks
             try:
                 query.handle.awaitTermination()
             except StreamingQueryException as error:
-                self._stop_queries()
-                raise self._failure(query.writer, query.flows, error) from None
+                self._running_queries.remove(query)
+                failure = self._failure(query.writer, query.flows, error)
+                targets = {f.target for f in query.flows}
+                for target in sorted(targets):
+                    self._record_failure(target, [f.name for f in query.flows if f.target == target], failure)
+                continue
             self._running_queries.remove(query)
             wall = time.monotonic() - query.started
             for result in query.writer.results:  # the query's wall clock, shared by its flows
@@ -293,12 +373,7 @@ class LocalRunner:
 
     def _failure(self, writer: BatchWriter, flows: list[AnyFlow], error: Any) -> CdcMedallionError:
         """What a failed query raises: our own error as raised in its batch, or one naming it."""
-        if isinstance(writer.error, CdcMedallionError):
-            return writer.error
-        cause = writer.error if writer.error is not None else error
-        text = str(getattr(cause, "desc", None) or cause).strip().splitlines()
-        names = ", ".join(f.name for f in flows)
-        return FlowFailed(f"flow {names} failed: {text[0] if text else type(cause).__name__}")
+        return as_flow_error([f.name for f in flows], writer.error if writer.error is not None else error)
 
     def _await_continuous(self) -> None:
         """Continuous mode: wait until a query stops (fails) or the process is interrupted."""
@@ -400,3 +475,10 @@ class LocalRunner:
             flow=flow.name,
             dataset=dataset,
         )
+
+
+def as_flow_error(flows: list[str], error: BaseException) -> CdcMedallionError:
+    """A failure of `flows` as one of our errors: ours as raised, anything else named by them."""
+    if isinstance(error, CdcMedallionError):
+        return error
+    return FlowFailed(f"flow {', '.join(flows)} failed: {first_line(error)}")

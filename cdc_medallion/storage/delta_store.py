@@ -20,11 +20,13 @@ from pathlib import Path
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from cdc_medallion.errors import SchemaMismatch
 from cdc_medallion.faults import commit_point
-from cdc_medallion.identifiers import dataset_name
+from cdc_medallion.identifiers import dataset_name, quote
+from cdc_medallion.sqltypes import widens
 
 SYSTEM_DIR = "_system"
 STATE_DIR = "_state"
@@ -139,6 +141,44 @@ class DeltaStore:
         commit_point(f"before overwrite of {name}")
         rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(str(self.path(name)))
         commit_point(f"after overwrite of {name}")
+
+    def evolve(self, name: str, schema: StructType) -> None:
+        """Make table `name` hold rows of `schema`: columns it lacks are added (NULL in old rows),
+        and a column whose type the rows widen is widened in place with Delta's type widening
+        (int to bigint, float to double, a decimal to more digits), keeping every stored value.
+        A column the table already holds in a wider type stays so. Any other change is refused,
+        naming the table, the column and both types."""
+        have = {f.name: f.dataType.simpleString() for f in self.schema(name).fields}
+        missing = [f for f in schema.fields if f.name not in have]
+        widened = []
+        for field in schema.fields:
+            new, old = field.dataType.simpleString(), have.get(field.name)
+            if old is None or widens(new, old):
+                continue
+            if not widens(old, new):
+                reason = f"the table holds {old}, new rows bring {new}, which is not a widening"
+                raise SchemaMismatch(f"{name}.{field.name}: {reason}")
+            widened.append((field.name, new))
+        if widened:
+            table = f"delta.`{self.path(name)}`"
+            self.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+            for column, new in widened:
+                self.spark.sql(f"ALTER TABLE {table} ALTER COLUMN `{column.replace('`', '``')}` TYPE {new}")
+        if missing:
+            self.add_columns(name, StructType(missing))
+
+    def conform(self, name: str, rows: DataFrame) -> DataFrame:
+        """`rows` as table `name` (if it exists) holds them, after `evolve`: the table's columns in
+        its order and types, a column the rows lack as NULL."""
+        if not self.exists(name):
+            return rows
+        self.evolve(name, rows.schema)
+        return rows.select(
+            *[
+                (F.col(quote(f.name)) if f.name in rows.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+                for f in self.schema(name).fields
+            ]
+        )
 
     def add_columns(self, name: str, fields: StructType) -> None:
         """Schema evolution: columns a source added (by DDL) join the table, NULL in old rows."""
