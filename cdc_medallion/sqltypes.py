@@ -67,11 +67,20 @@ _SIMPLE = {
     "longblob": "binary",
     "rowid": "binary",
 }
-_DECIMAL = re.compile(r"^(decimal|numeric|number|dec)\s*(\(\s*(\d+)\s*(,\s*(-?\d+)\s*)?\))?$")
+_DECIMAL = re.compile(r"^(decimal|numeric|number|dec|fixed)\s*(\(\s*(\d+)\s*(,\s*(-?\d+)\s*)?\))?$")
+MAX_PRECISION = 38  # digits a Spark decimal holds
 _SIZED = re.compile(r"^([a-z_ ]+?)\s*\(\s*\d+\s*[kmg]?\s*\)$")  # LOB sizes may be 1M, 2G
 # Db2: CHAR(10) FOR BIT DATA is binary; FOR SBCS/MIXED DATA only names the character subtype.
 _BIT_DATA = re.compile(r"^(.*?)\s+for\s+bit\s+data$")
 _SUBTYPE = re.compile(r"\s+for\s+(sbcs|mixed)\s+data$")
+
+
+def decimal_type(precision: int, scale: int) -> str:
+    """DECIMAL(p, s) in Spark, which holds at most 38 digits: wider ones (MySQL's DECIMAL(65,
+    30), Debezium's `connect.decimal.precision` 40) stay exact as text, never rounded or NULL."""
+    if 0 < precision <= MAX_PRECISION and 0 <= scale <= precision:
+        return f"decimal({precision},{scale})"
+    return "string"
 
 
 @functools.lru_cache(maxsize=4096)  # parsers map the same few type names for every message
@@ -88,7 +97,7 @@ def spark_type(sql_type: str) -> str:
     if decimal:
         precision = int(decimal.group(3) or 38)
         scale = int(decimal.group(5) or (0 if decimal.group(3) else 18))
-        return f"decimal({min(precision, 38)},{max(min(scale, precision), 0)})"
+        return decimal_type(precision, max(min(scale, precision), 0))
     sized = _SIZED.match(name)
     if sized and sized.group(1).strip() in _SIMPLE:
         return _SIMPLE[sized.group(1).strip()]
@@ -99,7 +108,6 @@ def spark_type(sql_type: str) -> str:
 _INTEGERS = ("tinyint", "smallint", "int", "bigint")
 _INTEGER_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 19}
 _SPARK_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
-MAX_PRECISION = 38
 
 
 def widens(old: str, new: str) -> bool:

@@ -131,6 +131,15 @@ def test_canal_data_given_as_an_object_is_quarantined():
     assert event["error"] == "data: expected an array of rows, got an object"
 
 
+# --- 5. legal values that must arrive ------------------------------------------------------------------
+def test_decimals_wider_than_spark_stay_exact_and_fixed_is_decimal():
+    wide = "1234567890123456789012345678901234567.123"  # DECIMAL(40,3): more digits than Spark's 38
+    types = {"id": "int", "d": "decimal(40,3)", "f": "fixed(10,2)"}
+    [event] = parse("canal-json", canal("t", "INSERT", [{"id": "1", "d": wide, "f": "12.50"}], types=types))
+    assert (event["column_types"]["d"], event["after"]["d"]) == ("string", wide)
+    assert (event["column_types"]["f"], event["source_types"]["f"]) == ("decimal(10,2)", "fixed(10,2)")
+
+
 # --- 8. empty messages ---------------------------------------------------------------------------------
 JSON_FORMATS = ["aws-dms-json", "canal-json", "debezium-json", "maxwell-json", "ogg-json", "shareplex-json"]
 

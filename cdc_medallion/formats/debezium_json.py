@@ -45,6 +45,7 @@ from cdc_medallion.model import (
     OP_TRUNCATE,
     OP_UPDATE,
 )
+from cdc_medallion.sqltypes import decimal_type
 
 OPS = {"c": OP_INSERT, "u": OP_UPDATE, "d": OP_DELETE, "r": OP_SNAPSHOT, "t": OP_TRUNCATE}
 
@@ -364,7 +365,7 @@ def _spark_type(field: Mapping[str, Any]) -> str:
         parameters = field.get("parameters") or {}
         scale = int(parameters.get("scale", 0))
         precision = int(parameters.get("connect.decimal.precision", 38))
-        return f"decimal({max(precision, scale, 1)},{scale})"
+        return decimal_type(max(precision, scale, 1), scale)
     if logical == "io.debezium.data.Bits" and str((field.get("parameters") or {}).get("length")) == "1":
         return "boolean"
     if logical in LOGICAL_TYPES:

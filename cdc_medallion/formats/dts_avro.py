@@ -65,6 +65,7 @@ from cdc_medallion.model import (
     OP_TRUNCATE,
     OP_UPDATE,
 )
+from cdc_medallion.sqltypes import decimal_type
 
 SCHEMA_FILE = Path(__file__).with_name("dts_record.avsc")
 CHANGE_OPS = {"INSERT": OP_INSERT, "UPDATE": OP_UPDATE, "DELETE": OP_DELETE}
@@ -299,10 +300,7 @@ class DtsAvro(Format):
 
     def _decimal(self, body: Mapping[str, Any]) -> tuple[str, str]:
         precision, scale = int(body["precision"]), int(body["scale"])
-        if not 0 <= scale <= 38:
-            return str(body["value"]), "string"
-        valid = 0 < precision <= 38 and scale <= precision
-        return str(body["value"]).strip(), f"decimal({precision},{scale})" if valid else f"decimal(38,{scale})"
+        return str(body["value"]).strip(), decimal_type(precision, scale)
 
     def _float(self, body: Mapping[str, Any]) -> tuple[str | None, str]:
         return value_text(float(body["value"])), "double"
