@@ -85,7 +85,15 @@ _MYSQL_EXTRA = {
     "tinyblob": "binary",
     "mediumblob": "binary",
     "set": "string",
-    "geometry": "binary",
+    "geometry": "binary",  # spatial types: WKB bytes
+    "point": "binary",
+    "linestring": "binary",
+    "polygon": "binary",
+    "multipoint": "binary",
+    "multilinestring": "binary",
+    "multipolygon": "binary",
+    "geometrycollection": "binary",
+    "geomcollection": "binary",
 }
 
 
