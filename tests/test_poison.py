@@ -151,7 +151,7 @@ def test_an_empty_message_is_quarantined_in_every_format(fmt):
         assert event["kind"] == "error" and "empty message" in event["error"], (fmt, event)
 
 
-@pytest.mark.parametrize("fmt", [*JSON_FORMATS, "dts-avro", "ibm-qrep-delimited"])
+@pytest.mark.parametrize("fmt", [*JSON_FORMATS, "dts-avro", "ibm-qrep-delimited", "qlik-json", "dataworks-json"])
 def test_a_null_value_is_a_tombstone(fmt):
     assert [e["kind"] for e in parse(fmt, None)] == ["tombstone"]
 

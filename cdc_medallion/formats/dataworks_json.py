@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
-from cdc_medallion.formats.json_common import load_document, order_number
+from cdc_medallion.formats.json_common import load_document, order_number, tombstone
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import EPOCH, b64decode, dumps, inferred_type, text_of, timestamp_text
 from cdc_medallion.model import (
@@ -133,6 +133,8 @@ class DataWorksJson(Format):
         return [event if event.get("bronze_ref") else self.complete(event, message) for event in produced]
 
     def _events(self, message: BronzeMessage, batch: _Batch) -> list[Event]:
+        if message.value is None:  # a Kafka tombstone: counted, never a change
+            return [tombstone(message)]
         schema, payload = _document(message)
         op = payload.get("op")
         if not isinstance(op, str) or not op:

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
-from cdc_medallion.formats.json_common import load_document
+from cdc_medallion.formats.json_common import load_document, tombstone
 from cdc_medallion.formats.masks import Mask, MaskError, decode_mask
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import dumps, inferred_type, loads, text_of
@@ -275,9 +275,12 @@ class QlikJson(Format):
         catalog = Catalog.from_context(context)
         # Pass 1: envelopes, and the metadata of this batch by schema id (a data message may land
         # before the metadata it names, e.g. when they come from different topics or files).
-        parsed: list[_Parsed | ParseError] = []
+        parsed: list[_Parsed | ParseError | None] = []  # None: a Kafka tombstone
         batch_ids: dict[str, TableMeta] = {}
         for message in messages:
+            if message.value is None and not message.landing_error:
+                parsed.append(None)
+                continue
             try:
                 if message.landing_error:
                     raise ParseError("value", message.landing_error)
@@ -294,7 +297,9 @@ class QlikJson(Format):
         # Pass 2: events, in landing order.
         events: list[Event] = []
         for message, item in zip(messages, parsed, strict=True):
-            if isinstance(item, ParseError):
+            if item is None:
+                events.append(self.complete(tombstone(message), message))
+            elif isinstance(item, ParseError):
                 events.append(self.error_event(message, item.field, item.reason))
             elif item.kind == "MD":
                 events.extend(self._guarded(message, self._metadata_event, item, catalog))
