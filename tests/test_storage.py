@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from cdc_medallion.errors import ConcurrentRunError, IdentifierError, SchemaMismatch
 from cdc_medallion.runner.local import StorageLock
@@ -29,6 +29,30 @@ def test_appends_commit_once_per_batch_and_schemas_are_checked(spark, storage):
     other = StructType([StructField("id", StringType()), StructField("v", StringType())])
     with pytest.raises(SchemaMismatch, match="rows for t have columns"):
         store.check_schema("t", other)
+
+
+def test_a_create_killed_before_its_first_commit_does_not_block_the_table(spark, storage):
+    """What the crash drill left when a SIGKILL landed inside a create: a log folder with no
+    version in it. Delta takes it for a table; the next write must still create and fill it."""
+    store = DeltaStore(storage, spark)
+    (store.path("t") / "_delta_log" / "_staged_commits").mkdir(parents=True)
+    assert not store.exists("t")
+    store.append("t", spark.createDataFrame([(1, "a")], SCHEMA), Txn("flow:app", 0))
+    assert [tuple(r) for r in store.read("t").collect()] == [(1, "a")]
+
+
+def test_a_column_widens_in_place_and_a_narrowing_is_refused(spark, storage):
+    store = DeltaStore(storage, spark)
+    narrow = StructType([StructField("id", IntegerType()), StructField("v", StringType())])
+    store.append("t", spark.createDataFrame([(7, "a")], narrow), Txn("flow:app", 0))
+    store.evolve("t", SCHEMA)  # id: int -> bigint
+    store.append("t", spark.createDataFrame([(3_000_000_000, "b")], SCHEMA), Txn("flow:app", 1))
+    assert sorted(tuple(r) for r in store.read("t").collect()) == [(7, "a"), (3_000_000_000, "b")]
+    assert store.schema("t")["id"].dataType == LongType()
+    store.evolve("t", narrow)  # rows of the narrower type fit the wider column: nothing changes
+    assert store.schema("t")["id"].dataType == LongType()
+    with pytest.raises(SchemaMismatch, match=r"t\.v: the table holds string, new rows bring bigint"):
+        store.evolve("t", StructType([StructField("id", LongType()), StructField("v", LongType())]))
 
 
 def test_merges_in_an_idempotent_block_commit_once_per_batch(spark, storage):

@@ -108,6 +108,11 @@ class DeltaStore:
         """Create an empty table with `schema` and our properties (as Delta table properties)."""
         if self.exists(name):
             return
+        if (self.path(name) / "_delta_log").is_dir():
+            # A create killed before its first commit leaves a log folder with no version in it.
+            # Delta takes the folder for a table, so every later create would do nothing and every
+            # read fail: nothing was committed there, so it goes (one run per storage holds the lock).
+            shutil.rmtree(self.path(name))
         builder = DeltaTable.createIfNotExists(self.spark).location(str(self.path(name))).addColumns(schema)
         settings = dict(properties or {})
         if settings.get("layer") == "gold":
