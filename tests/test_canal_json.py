@@ -207,7 +207,8 @@ def test_jdbc_types_type_columns_without_mysql_types():
         ("mediumblob", "binary"),
         ("varbinary(16)", "binary"),
         ("json", "string"),
-        ("point", None),
+        ("point", "binary"),  # spatial types are their WKB bytes
+        ("enum('a','b')", "string"),
     ],
 )
 def test_mysql_types(mysql, spark):

@@ -65,7 +65,7 @@ from cdc_medallion.model import (
     OP_TRUNCATE,
     OP_UPDATE,
 )
-from cdc_medallion.sqltypes import decimal_type
+from cdc_medallion.sqltypes import MAX_PRECISION, decimal_type
 
 SCHEMA_FILE = Path(__file__).with_name("dts_record.avsc")
 CHANGE_OPS = {"INSERT": OP_INSERT, "UPDATE": OP_UPDATE, "DELETE": OP_DELETE}
@@ -300,6 +300,8 @@ class DtsAvro(Format):
 
     def _decimal(self, body: Mapping[str, Any]) -> tuple[str, str]:
         precision, scale = int(body["precision"]), int(body["scale"])
+        if precision <= 0 or precision < scale:  # not given (or inconsistent): as many digits as Spark has
+            precision = MAX_PRECISION
         return str(body["value"]).strip(), decimal_type(precision, scale)
 
     def _float(self, body: Mapping[str, Any]) -> tuple[str | None, str]:
