@@ -71,7 +71,7 @@ class UpdateResult:
         first = next(iter(self.failures.values()))
         if len(self.failures) == 1 and not self.skipped:
             return first
-        others = [name for name in self.failures][1:]
+        others = list(self.failures)[1:]
         text = str(first).removeprefix(f"[{first.code}] ")
         if others:
             text += f"; {len(others)} other flow(s) failed too: {', '.join(others)}"
@@ -190,6 +190,7 @@ class LocalRunner:
         self.log: EventLog | None = None
         self.continuous = False
         self._running_queries: list[_Running] = []
+        self._failed: dict[str, str] = {}  # dataset -> the failed dataset it is (or reads)
 
     # --- update -------------------------------------------------------------------------------
     def update(
@@ -212,7 +213,7 @@ class LocalRunner:
             self.log = EventLog(self.store, self.conf.name, update_id)
             self.log.emit("create_update", f"update {update_id} started", {"full_refresh": full_refresh})
             self._done, self._flows_run, self.continuous, self._running_queries = set(), set(), continuous, []
-            self._failed: dict[str, str] = {}  # dataset -> the failed dataset it is (or reads)
+            self._failed = {}
             try:
                 with using_conf(self.conf):  # query functions may read the conf while they run
                     for name, dataset in self.graph.datasets.items():

@@ -147,13 +147,14 @@ class DeltaStore:
         rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(str(self.path(name)))
         commit_point(f"after overwrite of {name}")
 
-    def evolve(self, name: str, schema: StructType) -> None:
+    def evolve(self, name: str, schema: StructType) -> StructType:
         """Make table `name` hold rows of `schema`: columns it lacks are added (NULL in old rows),
         and a column whose type the rows widen is widened in place with Delta's type widening
         (int to bigint, float to double, a decimal to more digits), keeping every stored value.
         A column the table already holds in a wider type stays so. Any other change is refused,
-        naming the table, the column and both types."""
-        have = {f.name: f.dataType.simpleString() for f in self.schema(name).fields}
+        naming the table, the column and both types. Returns the table's schema after."""
+        current = self.schema(name)
+        have = {f.name: f.dataType.simpleString() for f in current.fields}
         missing = [f for f in schema.fields if f.name not in have]
         widened = []
         for field in schema.fields:
@@ -171,17 +172,17 @@ class DeltaStore:
                 self.spark.sql(f"ALTER TABLE {table} ALTER COLUMN `{column.replace('`', '``')}` TYPE {new}")
         if missing:
             self.add_columns(name, StructType(missing))
+        return self.schema(name) if widened or missing else current
 
     def conform(self, name: str, rows: DataFrame) -> DataFrame:
         """`rows` as table `name` (if it exists) holds them, after `evolve`: the table's columns in
         its order and types, a column the rows lack as NULL."""
         if not self.exists(name):
             return rows
-        self.evolve(name, rows.schema)
         return rows.select(
             *[
                 (F.col(quote(f.name)) if f.name in rows.columns else F.lit(None)).cast(f.dataType).alias(f.name)
-                for f in self.schema(name).fields
+                for f in self.evolve(name, rows.schema).fields
             ]
         )
 
