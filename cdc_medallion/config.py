@@ -18,7 +18,14 @@ from typing import Any
 import yaml
 
 from cdc_medallion.errors import ConfigError
-from cdc_medallion.identifiers import check_identifier, dataset_name, dataset_part, is_safe_identifier
+from cdc_medallion.identifiers import (
+    COLUMN_NAME_RULE,
+    check_identifier,
+    dataset_name,
+    dataset_part,
+    is_column_name,
+    is_safe_identifier,
+)
 from cdc_medallion.sqltypes import spark_type
 
 INPUT_LAYOUTS = ("json-lines", "kafka-dump", "files")
@@ -213,12 +220,12 @@ def parse_table(file: Path | str, raw: Any, where: str) -> TableConf:
             raise reader.error("table", f"{table!r} is not a safe table name")
     keys = _string_list(reader, "keys")
     for key in keys:
-        if not is_safe_identifier(key):
-            raise reader.error("keys", f"{key!r} is not a safe column name")
+        if not is_column_name(key):
+            raise reader.error("keys", f"{key!r} is not a column name ({COLUMN_NAME_RULE})")
     columns = reader.get("columns", dict, default={})
     for column, sql_type in columns.items():
-        if not is_safe_identifier(column) or not isinstance(sql_type, str):
-            raise reader.error("columns", f"{column!r}: {sql_type!r} must be a safe column name and a type name")
+        if not is_column_name(column) or not isinstance(sql_type, str):
+            raise reader.error("columns", f"{column!r}: {sql_type!r} must be a column name and a type name")
         try:
             columns[column] = spark_type(sql_type)
         except ConfigError as error:

@@ -2,7 +2,9 @@
 
 Source systems can name tables anything; a hostile or broken message must not be able to
 escape the storage root (`../../x`) or inject SQL (`t; DROP TABLE y`). We accept a conservative
-identifier alphabet and quote everything we put into SQL.
+identifier alphabet for what becomes a path or a table name, and quote everything we put into
+SQL. Column names only ever reach SQL quoted (and Delta stores any name with column mapping), so a
+column may be named anything a source allows: spaces, punctuation, any script.
 """
 
 from __future__ import annotations
@@ -31,6 +33,35 @@ def check_identifier(name: object, what: str = "identifier") -> str:
     return name  # type: ignore[return-value]
 
 
+# A column: any text a source allows, except control characters (which no SQL dialect's quoted
+# identifiers take and which would break the report and logs) and the backtick (Delta's change
+# data feed fails a MERGE into a table with such a column); at most 255 characters.
+_UNUSABLE = re.compile(r"[\x00-\x1f\x7f`]")
+#: Characters Delta refuses in a column name unless the table has column mapping on.
+_NEEDS_MAPPING = re.compile(r"[ ,;{}()\n\t=]")
+COLUMN_MAPPING = {"delta.columnMapping.mode": "name"}
+
+
+COLUMN_NAME_RULE = "empty, over 255 characters, or with a control character or a backtick"
+
+
+def is_column_name(name: object) -> bool:
+    """True for a name a column may carry: non-empty text, no control characters, no backtick."""
+    return isinstance(name, str) and 0 < len(name) <= 255 and not _UNUSABLE.search(name)
+
+
+def check_column(name: object, what: str = "column") -> str:
+    """Return `name` if a column may carry it, else raise naming what it was for."""
+    if not is_column_name(name):
+        raise IdentifierError(f"unusable {what} name {name!r}: {COLUMN_NAME_RULE}")
+    return name  # type: ignore[return-value]
+
+
+def needs_column_mapping(names: object) -> bool:
+    """True when a Delta table must map columns by name to hold these column names."""
+    return any(_NEEDS_MAPPING.search(name) for name in names)  # type: ignore[attr-defined]
+
+
 def dataset_name(*parts: str) -> str:
     """Build a dataset name (also a directory name) from safe parts, lower-cased."""
     name = "_".join(p for p in parts if p).lower()
@@ -45,8 +76,8 @@ def dataset_part(name: str) -> str:
 
 
 def quote(name: str) -> str:
-    """Backtick-quote a validated identifier for Spark SQL."""
-    return "`" + check_identifier(name).replace("`", "``") + "`"
+    """Backtick-quote a column (or dataset) name for Spark SQL."""
+    return "`" + check_column(name) + "`"
 
 
 def sql_text(value: str) -> str:

@@ -41,7 +41,8 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
       several round trips per expression.
     - RocksDB holds the state of the stateful format parsers (held messages), off the heap.
     - CDC_MEDALLION_SPARK_CONF adds settings ("spark.a=1 spark.b=2"), CDC_MEDALLION_JAVA_OPTIONS
-      options of the driver's JVM (e.g. "-XX:TieredStopAtLevel=1", quick JIT for short runs).
+      options of the driver's and the executors' JVMs (e.g. "-XX:TieredStopAtLevel=1", quick JIT
+      for short runs).
     """
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -86,6 +87,8 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
         if not sep or not key.startswith("spark."):
             raise ConfigError(f"CDC_MEDALLION_SPARK_CONF: {setting!r} is not spark.<key>=<value>")
         builder = builder.config(key, value)
+    if jvm.strip():  # a cluster's executors are JVMs too (local mode runs its tasks in the driver)
+        builder = builder.config("spark.executor.extraJavaOptions", jvm)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register_sources(spark)

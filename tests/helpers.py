@@ -25,6 +25,7 @@ def ingest(
     topic: str | None = None,
     options: dict[str, str] | None = None,
     batch_size: int = 200_000,
+    quality: bool = False,
 ) -> RunSummary:
     """What `cdc-medallion ingest` does, in-process (the CLI itself is tested in test_cli.py)."""
     conf = adhoc_conf(
@@ -38,7 +39,7 @@ def ingest(
         options=[f"{k}={v}" for k, v in (options or {}).items()],
         max_messages_per_batch=batch_size,
     )
-    return run_pipeline(conf, spark=spark)
+    return run_pipeline(conf, spark=spark, quality=quality)
 
 
 def datasets(storage: Path) -> dict[str, dict[str, Any]]:

@@ -54,6 +54,8 @@ def standalone_cluster(folder: Path) -> Iterator[str]:
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_WORKER_DIR": str(folder / "worker"),
         "PYSPARK_PYTHON": sys.executable,
+        # The master and the worker only schedule: the quick JIT the suite's JVMs use is enough.
+        "SPARK_DAEMON_JAVA_OPTS": os.environ.get("CDC_MEDALLION_JAVA_OPTIONS", ""),
     }
     port, worker_port = _free_port(), _free_port()
     master_log, worker_log = folder / "master.log", folder / "worker.log"

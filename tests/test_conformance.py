@@ -21,6 +21,7 @@ from cdc_medallion.pipeline import run_pipeline
 from tests.helpers import datasets, gold_rows, read_rows
 
 HISTORY = generate_history(tables=3, transactions=30, seed=11)
+CHAOS_FORMATS = frozenset(f for f in RENDERERS if f != "dts-avro")  # formats of one message per line
 
 
 def ingest_rendered(spark, rendered, storage):
@@ -36,7 +37,9 @@ def ingest_rendered(spark, rendered, storage):
     return run_pipeline(dataclasses.replace(conf, sources=(source,)), spark=spark)
 
 
-@pytest.mark.parametrize("fmt", sorted(RENDERERS))
+# Clean input for the format the chaos test cannot take (DTS Avro is binary, not lines); every
+# other format's clean input is the chaos test's input less its noise, so it is not run twice.
+@pytest.mark.parametrize("fmt", sorted(f for f in RENDERERS if f not in CHAOS_FORMATS))
 def test_gold_equals_ground_truth(spark, tmp_path, fmt):
     rendered = render(HISTORY, fmt, tmp_path / "input")
     ingest_rendered(spark, rendered, tmp_path / "storage")
@@ -60,7 +63,7 @@ def test_the_history_exercises_every_kind_of_change():
     assert any(not t.keys for t in HISTORY.tables), "a table without a primary key"
 
 
-@pytest.mark.parametrize("fmt", sorted(f for f in RENDERERS if f != "dts-avro"))
+@pytest.mark.parametrize("fmt", sorted(CHAOS_FORMATS))
 def test_gold_equals_ground_truth_under_chaos(spark, tmp_path, fmt):
     """Redelivered messages, interleaved partitions, 1% garbage, and the stream cut into 2 runs
     (resuming mid-stream; the crash test resumes 20+ times)."""

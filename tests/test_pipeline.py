@@ -3,6 +3,7 @@ a run killed between commits, out-of-order and duplicated input, late events."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 import itertools
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cdc_medallion.adhoc import adhoc_conf
 from cdc_medallion.config import load_conf
 from cdc_medallion.generator.drill import INTERPRETED
 from cdc_medallion.pipeline import run_pipeline
@@ -214,27 +216,59 @@ def test_out_of_order_duplicated_and_late_events(spark, storage, tmp_path):
     ]
 
 
-def test_values_that_do_not_convert_are_null_and_counted(spark, storage, tmp_path):
-    """The typed change feed: text converts to each column's type; what does not becomes NULL and
-    fails `values_cast` (gold.yml) once per row, as the event log counts it."""
+def test_a_value_that_does_not_convert_is_quarantined_naming_column_value_and_type(spark, tmp_path):
+    """The typed change feed: text converts to each column's type. A change with a value that does
+    not is quarantined by `values_cast` (gold.yml) with the column, the value and the type; gold
+    never holds a NULL the source did not have. A rule file can lower the rule to warn: the change
+    is then applied with NULL there, and the event log still counts it."""
     source = tmp_path / "items.jsonl"
     rows = [
         pg("c", 10, None, {"id": 1, "v": "7", "flag": "yes", "blob": "aGk="}),
         pg("c", 11, None, {"id": 2, "v": "abc", "flag": "nope", "blob": "!!"}),
+        pg("c", 12, None, {"id": 3, "v": "8", "flag": "no", "blob": None}),
     ]
     source.write_text("\n".join(rows) + "\n", encoding="utf-8")
     columns = {"items": "id:int,v:int,flag:boolean,blob:binary"}
+    storage = tmp_path / "quarantined"
     ingest(spark, "debezium-json", source, storage, keys={"items": "id"}, columns=columns)
 
     got = {r["id"]: (r["v"], r["flag"], r["blob"]) for r in gold_rows(spark, storage, "items", 1)}
-    assert got == {1: (7, True, bytearray(b"hi")), 2: (None, None, None)}
+    assert got == {1: (7, True, bytearray(b"hi")), 3: (8, False, None)}
+    [name] = [n for n, d in datasets(storage).items() if d["layer"] == "quarantine" and n.startswith("changes_")]
+    [held_back] = read_rows(spark, storage, name)
+    assert held_back["failed_expectations"] == ["values_cast"]
+    assert held_back["__cast_errors"] == ["v: abc is not int", "flag: nope is not boolean", "blob: !! is not binary"]
+    assert held_back["__bronze_ref"] == f"{source}:1"  # the second line (lines count from 0)
+    assert expectation_counts(spark, storage, "gold_items")["values_cast"] == (2, 1)
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    lowered = (REPO / "expectations" / "gold.yml").read_text(encoding="utf-8")
+    (rules / "gold.yml").write_text(lowered.replace("action: quarantine", "action: warn", 1), encoding="utf-8")
+    storage = tmp_path / "warned"
+    conf = dataclasses.replace(
+        adhoc_conf(
+            fmt="debezium-json",
+            input_path=source,
+            storage=storage,
+            keys=["items=id"],
+            columns=[f"items={columns['items']}"],
+        ),
+        expectations=rules,
+    )
+    run_pipeline(conf, spark=spark)
+    got = {r["id"]: (r["v"], r["flag"], r["blob"]) for r in gold_rows(spark, storage, "items", 1)}
+    assert got == {1: (7, True, bytearray(b"hi")), 2: (None, None, None), 3: (8, False, None)}
+    assert expectation_counts(spark, storage, "gold_items")["values_cast"] == (2, 1)
+
+
+def expectation_counts(spark, storage: Path, dataset: str) -> dict[str, tuple[int, int]]:
     [quality] = [
         json.loads(e["details"])["flow_progress"]["data_quality"]
         for e in read_rows(spark, storage, "event_log")
-        if e["event_type"] == "flow_progress" and e["origin"]["dataset_name"] == "gold_items"
+        if e["event_type"] == "flow_progress" and e["origin"]["dataset_name"] == dataset
     ]
-    counts = {x["name"]: (x["passed_records"], x["failed_records"]) for x in quality["expectations"]}
-    assert counts["values_cast"] == (1, 1)
+    return {x["name"]: (x["passed_records"], x["failed_records"]) for x in quality["expectations"]}
 
 
 def test_same_input_in_different_batchings_gives_identical_gold(spark, tmp_path):

@@ -3,7 +3,9 @@ messages, and a flow that fails while the others go on."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import decimal
 import json
 
 import pytest
@@ -12,7 +14,7 @@ from cdc_medallion.adhoc import adhoc_conf
 from cdc_medallion.errors import ExpectationFailed
 from cdc_medallion.identifiers import gold_column, source_column
 from cdc_medallion.pipeline import run_pipeline
-from tests.helpers import gold_rows, parse, read_rows
+from tests.helpers import datasets, gold_rows, parse, read_rows
 
 
 def canal(table: str, op: str, rows: list[dict], es: object = 1, types: dict | None = None, **extra) -> str:
@@ -140,6 +142,55 @@ def test_decimals_wider_than_spark_stay_exact_and_fixed_is_decimal():
     assert (event["column_types"]["f"], event["source_types"]["f"]) == ("decimal(10,2)", "fixed(10,2)")
 
 
+def test_enum_and_set_reach_gold_as_labels_from_the_type_definition():
+    """The binlog stores an ENUM's index and a SET's bitmask; a writer that passes them on gets
+    the labels from `mysqlType`. Labels stay labels, even labels that are digits."""
+    types = {"id": "int", "e": "enum('small','it''s big')", "s": "set('a','b','c')", "d": "enum('1','2')"}
+    rows = [
+        {"id": "1", "e": "2", "s": "5", "d": "2"},
+        {"id": "2", "e": "small", "s": "a,c", "d": "1"},
+        {"id": "3", "e": "0", "s": "0", "d": "1"},
+    ]
+    events = parse("canal-json", canal("t", "INSERT", rows, types=types))
+    assert [(e["after"]["e"], e["after"]["s"], e["after"]["d"]) for e in events] == [
+        ("it's big", "a,c", "2"),
+        ("small", "a,c", "1"),
+        ("", "", "1"),
+    ]
+    [bad] = parse("canal-json", canal("t", "INSERT", [{"id": "4", "e": "3"}], types=types))
+    assert bad["kind"] == "error" and bad["error"].startswith("data[0].e: ENUM index 3 is outside the 2 labels")
+
+
+def test_column_names_legal_in_the_source_arrive_in_gold(spark, tmp_path):
+    """MySQL allows `first name`, `a;b`, `a.b`, `größe (cm)`; Canal passes them through. Gold
+    keeps them as they are (Delta column mapping), the current state and the history alike, also
+    when such a column first appears in a later run. (A backtick is the one character kept out:
+    Delta's change data feed fails a MERGE into a table with such a column.)"""
+    feed = tmp_path / "canal.jsonl"
+    types = {"id": "int", "first name": "varchar(9)", "a;b": "int", "a.b": "varchar(9)"}
+    row = {"id": "1", "first name": "Ada", "a;b": "7", "a.b": "dot"}
+    feed.write_text(canal("t", "INSERT", [row], es=1, types=types) + "\n", encoding="utf-8")
+    storage = tmp_path / "storage"
+    conf = adhoc_conf(fmt="canal-json", input_path=feed, storage=storage, keys=[], columns=[])
+    run_pipeline(conf, spark=spark)
+    later = {**row, "first name": "Grace", "größe (cm)": "180"}
+    with feed.open("a", encoding="utf-8") as handle:
+        handle.write(canal("t", "UPDATE", [later], es=2, types={**types, "größe (cm)": "int"}) + "\n")
+    run_pipeline(conf, spark=spark)
+    [current] = gold_rows(spark, storage, "t", 1)
+    assert {k: v for k, v in current.items() if not k.startswith("__")} == {
+        "id": 1,
+        "first name": "Grace",
+        "a;b": 7,
+        "a.b": "dot",
+        "größe (cm)": 180,
+    }
+    history = sorted(gold_rows(spark, storage, "t", 2), key=lambda r: r["__START_AT"])
+    assert [(r["first name"], r["größe (cm)"]) for r in history] == [("Ada", None), ("Grace", 180)]
+    properties = spark.sql(f"DESCRIBE DETAIL delta.`{storage / 'gold_t'}`").first()["properties"]
+    assert properties["delta.columnMapping.mode"] == "name"
+
+
 # --- 8. empty messages ---------------------------------------------------------------------------------
 JSON_FORMATS = ["aws-dms-json", "canal-json", "debezium-json", "maxwell-json", "ogg-json", "shareplex-json"]
 
@@ -230,3 +281,91 @@ def test_one_table_mixing_int32_and_int64_is_bigint_not_text(spark, tmp_path):
     storage = tmp_path / "storage"
     run_pipeline(adhoc_conf(fmt="canal-json", input_path=feed, storage=storage, keys=[], columns=[]), spark=spark)
     assert sorted((r["id"], r["v"]) for r in gold_rows(spark, storage, "t", 1)) == [(1, 7), (2, 3000000000)]
+
+
+# --- isolation over runs ----------------------------------------------------------------------------
+def test_a_poison_table_never_blocks_the_others_over_three_runs(spark, tmp_path):
+    """Each run brings valid changes to three tables and poison to a fourth: a value past its
+    declared type, then an unreadable order key, then a column widened past int32. The valid
+    changes reach gold in the run that brings them; each poison message is quarantined once, with
+    its reason, and never fed again; no run fails."""
+    feed = tmp_path / "canal.jsonl"
+    storage = tmp_path / "storage"
+    feed.touch()
+    conf = adhoc_conf(fmt="canal-json", input_path=feed, storage=storage, keys=[], columns=[])
+    int_types = {"id": "int", "v": "int"}
+    poison = [
+        canal("bad", "INSERT", [{"id": "1", "v": "not a number"}], es=1, types=int_types),
+        canal("bad", "INSERT", [{"id": "2", "v": "5"}], es="later", types=int_types),
+        canal("bad", "INSERT", [{"id": "3", "v": "3000000000"}], es=3, types={"id": "int", "v": "bigint"}),
+    ]
+    for run, bad in enumerate(poison, start=1):
+        lines = [canal(t, "INSERT" if run == 1 else "UPDATE", [{"id": "1", "v": f"{t}{run}"}], es=run) for t in "abc"]
+        with feed.open("a", encoding="utf-8") as handle:
+            handle.write("\n".join([bad, *lines]) + "\n")
+        run_pipeline(conf, spark=spark)
+        for table in "abc":
+            assert [(r["id"], r["v"]) for r in gold_rows(spark, storage, table, 1)] == [("1", f"{table}{run}")]
+    reasons = sorted(
+        row["__cast_errors"][0] if "__cast_errors" in row else row["error"]
+        for name, status in datasets(storage).items()
+        if status["layer"] == "quarantine"
+        for row in read_rows(spark, storage, name)
+    )
+    assert reasons == [
+        "es: present but not a whole number ('later'): the change cannot be ordered",
+        "v: not a number is not int",
+    ]
+    assert sorted((r["id"], r["v"]) for r in gold_rows(spark, storage, "bad", 1)) == [(3, 3000000000)]
+
+
+def debezium(lsn: int, row: dict, types: dict[str, dict]) -> str:
+    """A Debezium envelope with its schema (PostgreSQL connector): `types` gives each column's
+    Connect schema, as `ALTER TABLE ... TYPE` changes it."""
+    columns = [{"field": name, "optional": name != "id", **schema} for name, schema in types.items()]
+    row_schema = {"type": "struct", "fields": columns, "optional": True, "name": "db.public.t.Value"}
+    schema = {
+        "type": "struct",
+        "fields": [
+            {**row_schema, "field": "before"},
+            {**row_schema, "field": "after"},
+            {"type": "string", "field": "op"},
+        ],
+    }
+    source = {"connector": "postgresql", "db": "db", "schema": "public", "table": "t", "lsn": lsn}
+    return json.dumps({"schema": schema, "payload": {"op": "c", "before": None, "after": row, "source": source}})
+
+
+def connect_decimal(value: str, scale: int) -> str:
+    """Kafka Connect Decimal: the unscaled value as big-endian two's complement, base64."""
+    unscaled = int(decimal.Decimal(value).scaleb(scale))
+    return base64.b64encode(unscaled.to_bytes((unscaled.bit_length() + 8) // 8, "big", signed=True)).decode()
+
+
+def test_debezium_columns_widen_across_runs_with_the_schema(spark, tmp_path):
+    """`ALTER TABLE t ALTER v TYPE bigint` (and real -> double precision, numeric(10,2) ->
+    numeric(20,4)) between runs, seen only in the messages' schemas: gold widens each column and
+    keeps every value, old and new."""
+
+    def decimal_schema(precision: int, scale: int) -> dict:
+        parameters = {"scale": str(scale), "connect.decimal.precision": str(precision)}
+        return {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": parameters}
+
+    narrow = {"id": {"type": "int32"}, "v": {"type": "int32"}, "f": {"type": "float"}, "d": decimal_schema(10, 2)}
+    wide = {"id": {"type": "int32"}, "v": {"type": "int64"}, "f": {"type": "double"}, "d": decimal_schema(20, 4)}
+    feed = tmp_path / "debezium.jsonl"
+    first = {"id": 1, "v": 7, "f": 1.5, "d": connect_decimal("12345678.91", 2)}
+    feed.write_text(debezium(10, first, narrow) + "\n", encoding="utf-8")
+    storage = tmp_path / "storage"
+    conf = adhoc_conf(fmt="debezium-json", input_path=feed, storage=storage, keys=["t=id"], columns=[])
+    run_pipeline(conf, spark=spark)
+    second = {"id": 2, "v": 3_000_000_000, "f": 1.0e300, "d": connect_decimal("1234567890123456.1234", 4)}
+    with feed.open("a", encoding="utf-8") as handle:
+        handle.write(debezium(20, second, wide) + "\n")
+    run_pipeline(conf, spark=spark)
+    for scd in (1, 2):
+        rows = {r["id"]: (r["v"], r["f"], str(r["d"])) for r in gold_rows(spark, storage, "t", scd)}
+        assert rows == {1: (7, 1.5, "12345678.9100"), 2: (3_000_000_000, 1.0e300, "1234567890123456.1234")}
+    gold = spark.read.format("delta").load(str(storage / "gold_t"))
+    types = {f.name: f.dataType.simpleString() for f in gold.schema}
+    assert (types["v"], types["f"], types["d"]) == ("bigint", "double", "decimal(20,4)")

@@ -86,7 +86,7 @@ def test_held_messages_are_paired_across_runs(spark, storage, tmp_path, split):
         write(source, second)
     else:
         write(source, first + second)
-    ingest(spark, "pair-lines", source, storage, keys={"pairs": "id"}, layout="json-lines")
+    summary = ingest(spark, "pair-lines", source, storage, keys={"pairs": "id"}, layout="json-lines", quality=split)
 
     assert {r["id"]: r["value"] for r in gold_rows(spark, storage, "pairs")} == {1: "one", 2: "two", 3: "three"}
     silver = read_rows(spark, storage, "silver_pair_lines")
@@ -97,3 +97,7 @@ def test_held_messages_are_paired_across_runs(spark, storage, tmp_path, split):
     bronze = datasets(storage)["bronze_pair_lines"]["rows"]
     assert bronze == 7
     assert len(consumed | quarantined) == bronze  # every message accounted for, once resolved
+    if split:  # a message held in the first run and completed in the second counts once, as a change
+        [accounting] = summary.quality.accounting
+        assert accounting.outcomes == {"change": 6, "quarantined": 1} and accounting.balanced
+        assert not summary.quality.failed, [c.name for c in summary.quality.failed]

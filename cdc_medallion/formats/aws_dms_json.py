@@ -31,14 +31,16 @@ from cdc_medallion.formats.base import Format, ParseError, register_format
 from cdc_medallion.formats.json_common import (
     Image,
     change,
+    id_field,
     image_of,
     inferred_types,
     load_document,
+    object_field,
     order_number,
     padded,
     schema_change,
     sequence,
-    text_or_none,
+    text_field,
     tombstone,
     unknown_operation,
     utc_timestamp,
@@ -81,12 +83,16 @@ class AwsDmsJson(Format):
         meta = document.get("metadata")
         if not isinstance(meta, dict):
             raise ParseError("metadata", "missing or not an object: not an AWS DMS message")
-        record_type = str(meta.get("record-type", "")).lower()
-        operation = str(meta.get("operation", "")).lower()
-        names = (None, text_or_none(meta.get("schema-name")), text_or_none(meta.get("table-name")))
+        record_type = (text_field(meta.get("record-type"), "metadata.record-type") or "").lower()
+        operation = (text_field(meta.get("operation"), "metadata.operation") or "").lower()
+        names = (
+            None,
+            text_field(meta.get("schema-name"), "metadata.schema-name"),
+            text_field(meta.get("table-name"), "metadata.table-name"),
+        )
         event_ts = utc_timestamp(meta.get("timestamp"), "metadata.timestamp")
         common = {
-            "tx_id": text_or_none(meta.get("transaction-id")),
+            "tx_id": id_field(meta.get("transaction-id"), "metadata.transaction-id"),
             "tx_seq": whole_number(meta.get("transaction-record-id")),
             "event_ts": event_ts,
         }
@@ -94,7 +100,7 @@ class AwsDmsJson(Format):
         if record_type == "control":
             if "truncate" in operation and names[2]:
                 return [change(OP_TRUNCATE, (None, names[1], names[2]), None, None, order, **common)]
-            detail = dumps({"operation": meta.get("operation"), "data": document.get("data")})
+            detail = dumps({"operation": meta.get("operation"), "data": object_field(document.get("data"), "data")})
             return [schema_change(names, detail, order, flags=[f"dms:{operation}"], **common)]
         if record_type != "data":
             raise ParseError("metadata.record-type", f"expected data or control, got {meta.get('record-type')!r}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import datetime as dt
 import gc
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import EPOCH
-from cdc_medallion.identifiers import is_safe_identifier
+from cdc_medallion.identifiers import COLUMN_NAME_RULE, is_column_name, is_safe_identifier
 from cdc_medallion.model import EVENT_COLUMNS, EVENT_SCHEMA, KIND_ERROR, KIND_HELD
 
 RAW_MESSAGE_LIMIT = 4096
@@ -222,31 +222,32 @@ def cycle_collection_paused() -> Iterator[None]:
 
 def _unsafe_name(event: Event) -> tuple[str, str] | None:
     table = event.get("source_table")
-    if table is not None and not _is_safe_name(table):
+    if table is not None and not _known(table, _SAFE_TABLES, is_safe_identifier):
         return "source_table", f"unsafe table name {table!r}"
     for image in ("before", "after"):
         columns = event.get(image)
-        if not columns or _SAFE_NAMES.issuperset(columns):
+        if not columns or _COLUMN_NAMES.issuperset(columns):
             continue
         for column in columns:
-            if not _is_safe_name(column):
-                return f"{image}.{column}", f"unsafe column name {column!r}"
+            if not _known(column, _COLUMN_NAMES, is_column_name):
+                return f"{image}.{column}", f"unusable column name {column!r}: {COLUMN_NAME_RULE}"
     return None
 
 
-# Names already found safe: a batch names the same few columns thousands of times. Bounded, so
-# that a hostile stream of fresh names costs checks, not memory.
-_SAFE_NAMES: set[str] = set()
-_SAFE_NAMES_LIMIT = 100_000
+# Names already checked: a batch names the same few tables and columns thousands of times.
+# Bounded, so that a hostile stream of fresh names costs checks, not memory.
+_SAFE_TABLES: set[str] = set()
+_COLUMN_NAMES: set[str] = set()
+_KNOWN_LIMIT = 100_000
 
 
-def _is_safe_name(name: object) -> bool:
-    if isinstance(name, str) and name in _SAFE_NAMES:
+def _known(name: object, known: set[str], check: Callable[[object], bool]) -> bool:
+    if isinstance(name, str) and name in known:
         return True
-    if not is_safe_identifier(name):
+    if not check(name):
         return False
-    if len(_SAFE_NAMES) < _SAFE_NAMES_LIMIT:
-        _SAFE_NAMES.add(name)  # type: ignore[arg-type]
+    if len(known) < _KNOWN_LIMIT:
+        known.add(name)  # type: ignore[arg-type]
     return True
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -30,16 +31,18 @@ from cdc_medallion.formats.json_common import (
     Image,
     change,
     epoch_millis,
+    flag_field,
     image_of,
     inferred_types,
     json_type,
     key_names,
     load_document,
+    object_field,
     order_number,
     padded,
     schema_change,
     sequence,
-    text_or_none,
+    text_field,
     tombstone,
     unknown_operation,
 )
@@ -147,30 +150,33 @@ class CanalJson(Format):
         document = load_document(message)
         if document is None:
             return [tombstone(message)]
-        code = document.get("type")
-        if code is None and document.get("isDdl") is not True:
+        code = text_field(document.get("type"), "type")
+        is_ddl = flag_field(document.get("isDdl"), "isDdl") is True
+        if code is None and not is_ddl:
             raise ParseError("type", "missing: not a Canal message")
-        code = str(code or "DDL").upper()
-        order = (padded(order_number(document.get("es"), "es"), 15), padded(order_number(document.get("id"), "id"), 20))
-        event_ts = epoch_millis(document.get("es"))
-        if document.get("isDdl") is True or (code in DDL_TYPES and code not in OPS):
+        code = (code or "DDL").upper()
+        es = order_number(document.get("es"), "es")
+        order = (padded(es, 15), padded(order_number(document.get("id"), "id"), 20))
+        event_ts = epoch_millis(es)
+        if is_ddl or (code in DDL_TYPES and code not in OPS):
             return [self._ddl(message, document, code, sequence(message, *order), event_ts)]
         if code not in OPS:
             raise unknown_operation("type", code, [*OPS, *DDL_TYPES])
         op = OPS[code]
         rows, olds, flags = self._rows(op, document)
-        names = (text_or_none(document.get("database")), None, self._table(document))
+        names = (text_field(document.get("database"), "database"), None, self._table(document))
         types, source_types = _column_types(document, rows)
         keys = key_names(document.get("pkNames"), "pkNames")
+        gtid = text_field(document.get("gtid"), "gtid")
         events = []
         for index, row in enumerate(rows):
             where = f"data[{index}]" if "delete_rows_in_old" not in flags else f"old[{index}]"
-            image = _converted(image_of(row, where), types, where)
+            image = _converted(image_of(row, where), types, source_types, where)
             before, after, changed = None, image, None
             if op == OP_DELETE:
                 before, after = image, None
             elif op == OP_UPDATE and olds is not None:
-                old = _converted(image_of(olds[index], f"old[{index}]"), types, f"old[{index}]") or {}
+                old = _converted(image_of(olds[index], f"old[{index}]"), types, source_types, f"old[{index}]") or {}
                 before, changed = {**image, **old}, list(old)
             events.append(
                 change(
@@ -184,7 +190,7 @@ class CanalJson(Format):
                     source_types={c: t for c, t in source_types.items() if c in image},
                     changed=changed,
                     flags=list(flags),
-                    tx_id=text_or_none(document.get("gtid")),
+                    tx_id=gtid,
                     event_ts=event_ts,
                 )
             )
@@ -192,7 +198,7 @@ class CanalJson(Format):
 
     # --- parts ----------------------------------------------------------------------------
     def _table(self, document: Mapping[str, Any]) -> str:
-        table = text_or_none(document.get("table")) or self.settings["table"]
+        table = text_field(document.get("table"), "table") or self.settings["table"]
         if not table:
             raise ParseError("table", "missing, and no `table` option to take it from")
         return table
@@ -220,8 +226,8 @@ class CanalJson(Format):
         return data, old if op == OP_UPDATE else None, flags
 
     def _ddl(self, message: BronzeMessage, document: Mapping[str, Any], code: str, order: str, event_ts: Any) -> Event:
-        names = (text_or_none(document.get("database")), None, text_or_none(document.get("table")))
-        sql = text_or_none(document.get("sql"))
+        names = (text_field(document.get("database"), "database"), None, text_field(document.get("table"), "table"))
+        sql = text_field(document.get("sql"), "sql")
         if code == "TRUNCATE" and names[2]:
             return change(OP_TRUNCATE, (names[0], None, names[2]), None, None, order, detail=sql, event_ts=event_ts)
         return schema_change(names, sql, order, event_ts=event_ts, flags=[f"canal_type:{code}"])
@@ -235,14 +241,28 @@ def _row_list(document: Mapping[str, Any], name: str) -> list[Any] | None:
         return None
     if not isinstance(value, list):
         raise ParseError(name, f"expected an array of rows, got {json_type(value)}")
+    for index, row in enumerate(value):
+        if not isinstance(row, dict):
+            raise ParseError(f"{name}[{index}]", f"expected a row (a JSON object), got {json_type(row)}")
     return value
 
 
 def _column_types(document: Mapping[str, Any], rows: list[Any]) -> tuple[dict[str, str], dict[str, str]]:
-    """Spark and source types: `mysqlType`, else `sqlType`, else what the JSON values are."""
-    mysql = document.get("mysqlType") if isinstance(document.get("mysqlType"), dict) else {}
-    jdbc = document.get("sqlType") if isinstance(document.get("sqlType"), dict) else {}
-    types, source_types = inferred_types(*(r for r in rows if isinstance(r, dict)))
+    """Spark and source types: `mysqlType`, else `sqlType`, else what the JSON values are.
+
+    A column's type absent, null or empty is not given (the next source decides); a type of
+    another JSON type is an error naming it."""
+    mysql = {
+        column: name
+        for column, raw in (object_field(document.get("mysqlType"), "mysqlType") or {}).items()
+        if (name := text_field(raw, f"mysqlType.{column}")) is not None
+    }
+    jdbc = {
+        column: code
+        for column, code in (object_field(document.get("sqlType"), "sqlType") or {}).items()
+        if _jdbc_code(code, f"sqlType.{column}") is not None
+    }
+    types, source_types = inferred_types(*rows)
     for column in set(mysql) | set(jdbc):
         mapped = mysql_spark_type(str(mysql[column])) if column in mysql else None
         if mapped is None and isinstance(jdbc.get(column), int):
@@ -252,15 +272,61 @@ def _column_types(document: Mapping[str, Any], rows: list[Any]) -> tuple[dict[st
     return types, source_types
 
 
-def _converted(image: Image | None, types: Mapping[str, str], where: str) -> Image | None:
-    """Binary columns: Canal writes bytes as ISO-8859-1 text; the image holds base64."""
+def _jdbc_code(code: Any, where: str) -> int | None:
+    """A `sqlType` entry: a java.sql.Types code (a whole number, negative ones too), or null."""
+    if code is None or (isinstance(code, int) and not isinstance(code, bool)):
+        return code
+    raise ParseError(where, f"expected a java.sql.Types code (a whole number), got {json_type(code)}")
+
+
+def _converted(
+    image: Image | None, types: Mapping[str, str], source_types: Mapping[str, str], where: str
+) -> Image | None:
+    """Binary columns: Canal writes bytes as ISO-8859-1 text; the image holds base64. ENUM and SET
+    columns hold their labels, also where a writer gives the index or the bitmask."""
     if image is None:
         return None
     for column, value in image.items():
-        if value is not None and types.get(column) == "binary":
+        if value is None:
+            continue
+        if types.get(column) == "binary":
             try:
                 image[column] = base64.b64encode(value.encode("latin-1")).decode("ascii")
             except UnicodeEncodeError:
                 reason = "binary value is not ISO-8859-1 text as Canal writes it"
                 raise ParseError(f"{where}.{column}", reason) from None
+        elif value.isdigit() and source_types.get(column, "")[:4].lower() in ("enum", "set("):
+            image[column] = enum_or_set_label(value, source_types[column], f"{where}.{column}")
     return image
+
+
+_LABEL = re.compile(r"'((?:[^']|'')*)'")
+
+
+@functools.lru_cache(maxsize=1024)
+def _labels(mysql_type: str) -> tuple[str, ...]:
+    """The labels of `enum('a','b')` / `set('x','y')`, in definition order (`''` is a quote)."""
+    return tuple(label.replace("''", "'") for label in _LABEL.findall(mysql_type.partition("(")[2]))
+
+
+def enum_or_set_label(value: str, mysql_type: str, where: str) -> str:
+    """An ENUM's 1-based index or a SET's bitmask as its label(s); a label stays as it is.
+
+    The binlog stores the number; Canal usually writes the label, but not every writer does, and
+    a number in gold would mean nothing without the table's definition. ENUM 0 is MySQL's value
+    for an invalid label, the empty string."""
+    labels = _labels(mysql_type)
+    if not labels or value in labels:
+        return value
+    number = int(value)
+    if mysql_type[:4].lower() == "enum":
+        if number == 0:
+            return ""
+        if number > len(labels):
+            raise ParseError(where, f"ENUM index {number} is outside the {len(labels)} labels of {mysql_type}")
+        return labels[number - 1]
+    if all(part in labels for part in value.split(",")):
+        return value
+    if number >> len(labels):
+        raise ParseError(where, f"SET bitmask {number} names more than the {len(labels)} labels of {mysql_type}")
+    return ",".join(label for bit, label in enumerate(labels) if number >> bit & 1)

@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
-from cdc_medallion.formats.json_common import load_document, order_number, tombstone
+from cdc_medallion.formats.json_common import (
+    count_field,
+    id_field,
+    load_document,
+    object_field,
+    order_number,
+    text_field,
+    tombstone,
+)
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import EPOCH, b64decode, dumps, inferred_type, text_of, timestamp_text
 from cdc_medallion.model import (
@@ -139,8 +147,8 @@ class DataWorksJson(Format):
         op = payload.get("op")
         if not isinstance(op, str) or not op:
             raise ParseError("payload.op", f"missing or not text: {op!r}")
-        timestamps = payload.get("timestamp") if isinstance(payload.get("timestamp"), dict) else {}
-        event_ts = millis_to_ts(timestamps.get("eventTime"))
+        timestamps = object_field(payload.get("timestamp"), "payload.timestamp") or {}
+        event_ts = _event_time(timestamps.get("eventTime"))
         if op == "MHEARTBEAT":
             return [_heartbeat(message, timestamps, event_ts)]
         if op in TRANSACTION_OPS:
@@ -229,10 +237,8 @@ class DataWorksJson(Format):
         payload: Mapping[str, Any],
         event_ts: dt.datetime | None,
     ) -> list[Event]:
-        ddl = payload.get("ddl")
-        if ddl is not None and not isinstance(ddl, dict):
-            raise ParseError("payload.ddl", f"expected a JSON object or null, got {type(ddl).__name__}")
-        text = (ddl or {}).get("text")
+        ddl = object_field(payload.get("ddl"), "payload.ddl")
+        text = text_field((ddl or {}).get("text"), "payload.ddl.text")
         names = _source(schema)
         columns = _columns(schema)
         event: Event = {
@@ -244,7 +250,7 @@ class DataWorksJson(Format):
             "source_types": dict(columns) or None,
             "sequence": _sequence(payload, message, required=False),
             "event_ts": event_ts,
-            "detail": None if text is None else str(text),
+            "detail": text,
         }
         if op != "TRUNCATE":
             return [event]
@@ -292,15 +298,13 @@ def _heartbeat(message: BronzeMessage, timestamps: Mapping[str, Any], event_ts: 
 
 
 def _source(schema: Mapping[str, Any]) -> dict[str, str | None]:
-    source = schema.get("source")
+    source = object_field(schema.get("source"), "schema.source")
     if source is None:
         return {}
-    if not isinstance(source, dict):
-        raise ParseError("schema.source", f"expected a JSON object or null, got {type(source).__name__}")
     return {
-        "source_db": _text(source.get("dbName")),
-        "source_schema": _text(source.get("schemaName")),
-        "source_table": _text(source.get("tableName")),
+        "source_db": text_field(source.get("dbName"), "schema.source.dbName"),
+        "source_schema": text_field(source.get("schemaName"), "schema.source.schemaName"),
+        "source_table": text_field(source.get("tableName"), "schema.source.tableName"),
     }
 
 
@@ -315,7 +319,10 @@ def _columns(schema: Mapping[str, Any]) -> dict[str, str]:
     for index, column in enumerate(raw):
         if not isinstance(column, dict) or not isinstance(column.get("name"), str) or not column["name"]:
             raise ParseError(f"schema.dataColumn[{index}]", f"expected {{name, type}}, got {column!r}")
-        columns[column["name"]] = str(column.get("type") or "").upper()
+        kind = text_field(column.get("type"), f"schema.dataColumn[{index}].type")
+        if kind is None:
+            raise ParseError(f"schema.dataColumn[{index}].type", "missing: each column names its type")
+        columns[column["name"]] = kind.upper()
     return columns
 
 
@@ -386,7 +393,7 @@ def _row(op: str, schema: Mapping[str, Any], payload: Mapping[str, Any], event_t
         after=converted["after"],
         types=types,
         source_types=source_types,
-        sequence_id=_text(payload.get("sequenceId")),
+        sequence_id=id_field(payload.get("sequenceId"), "payload.sequenceId"),
         event_ts=event_ts,
         flags=flags,
         detail=dumps({"scn": str(scn)}) if scn not in (None, "") else None,
@@ -453,5 +460,9 @@ def _sequence(payload: Mapping[str, Any], message: BronzeMessage, required: bool
     return f"{number:0{SEQUENCE_WIDTH}d}|{message.position}"
 
 
-def _text(value: Any) -> str | None:
-    return None if value is None or value == "" else str(value)
+def _event_time(value: Any) -> dt.datetime | None:
+    """`timestamp.eventTime`: epoch milliseconds; -1 (a full load) and absent are unknown."""
+    if value == -1:
+        return None
+    millis = count_field(value, "payload.timestamp.eventTime")
+    return None if millis is None else millis_to_ts(millis)

@@ -20,7 +20,16 @@ from functools import partial
 from typing import Any, ClassVar
 
 from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
-from cdc_medallion.formats.json_common import load_document, order_number
+from cdc_medallion.formats.json_common import (
+    count_field,
+    id_field,
+    json_type,
+    load_document,
+    object_field,
+    order_number,
+    text_field,
+    whole_number,
+)
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import (
     EPOCH,
@@ -114,7 +123,8 @@ class ValueSchema:
 
     @classmethod
     def of(cls, schema: Any) -> ValueSchema:
-        if not isinstance(schema, dict):
+        """The envelope's schema; null (or absent) is a schemaless message, another type an error."""
+        if object_field(schema, "schema") is None:
             return cls(None)
         fields = _value_fields(schema)
         types, source_types = _column_types(fields, None, None)
@@ -212,10 +222,8 @@ class DebeziumJson(Format):
         }
 
     def _change(self, message: BronzeMessage, value_schema: ValueSchema, payload: Mapping[str, Any]) -> Event:
-        code = payload.get("op")
-        source = payload.get("source") or {}
-        if not isinstance(source, dict):
-            raise ParseError("payload.source", f"expected a JSON object, got {type(source).__name__}")
+        code = text_field(payload.get("op"), "payload.op")
+        source = object_field(payload.get("source"), "payload.source") or {}
         if code == "m":
             return {
                 "kind": KIND_MESSAGE,
@@ -227,7 +235,11 @@ class DebeziumJson(Format):
         if code not in OPS:
             raise ParseError("payload.op", f"unknown operation type {code!r} (expected c, u, d, r, t or m)")
         op = OPS[code]
-        table = source.get("table") or self.settings["table"] or self._table_from_topic(message)
+        table = (
+            text_field(source.get("table"), "payload.source.table")
+            or self.settings["table"]
+            or self._table_from_topic(message)
+        )
         if not table:
             raise ParseError("payload.source.table", "missing, and no `table` option or topic to take it from")
         key = self._key_payload(message)
@@ -257,6 +269,13 @@ class DebeziumJson(Format):
             # The schema's own maps, shared by its events: nothing changes an event's maps
             # once it is made, they are only read into Arrow (copying them cost 4 % of a parse).
             types, source_types = value_schema.types, value_schema.source_types
+            # A column the schema does not describe: typed by its values, and said so.
+            described = value_schema.fields
+            unknown = {c: v for i in (before_raw, after_raw) if i for c, v in i.items() if c not in described}
+            if unknown:
+                flags.append("column_not_in_schema")
+                inferred, inferred_sources = _column_types({}, None, unknown)
+                types, source_types = {**inferred, **types}, {**inferred_sources, **source_types}
         else:
             types, source_types = _column_types({}, before_raw, after_raw)
         changed = None
@@ -266,11 +285,13 @@ class DebeziumJson(Format):
             else:
                 flags.append("before_image_partial")
         transaction = payload.get("transaction") if isinstance(payload.get("transaction"), dict) else {}
-        tx_id = source.get("txId", transaction.get("id"))
+        tx_id = id_field(source.get("txId"), "payload.source.txId")
+        if "txId" not in source:
+            tx_id = id_field(transaction.get("id"), "payload.transaction.id")
         return {
             "kind": KIND_CHANGE,
-            "source_db": _str(source.get("db")),
-            "source_schema": _str(source.get("schema")) or self.settings["schema"],
+            "source_db": text_field(source.get("db"), "payload.source.db"),
+            "source_schema": text_field(source.get("schema"), "payload.source.schema") or self.settings["schema"],
             "source_table": str(table),
             "op": op,
             "key_columns": list(key) if key else None,
@@ -281,7 +302,7 @@ class DebeziumJson(Format):
             "column_types": types or None,
             "source_types": source_types or None,
             "sequence": self._sequence(source, payload, message),
-            "tx_id": None if tx_id is None else str(tx_id),
+            "tx_id": tx_id,
             "tx_seq": _int(transaction.get("data_collection_order")),
             "event_ts": _event_ts(source, payload),
             "flags": flags or None,
@@ -319,23 +340,48 @@ class DebeziumJson(Format):
 
 
 # --- helpers ----------------------------------------------------------------------------------
-def _str(value: Any) -> str | None:
-    return None if value is None or value == "" else str(value)
-
-
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _value_fields(schema: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
-    """Field schemas of the row image (the envelope's `after`, else `before`, struct)."""
+    """Field schemas of the row image (the envelope's `after`, else `before`, struct).
+
+    Each column's schema needs its name (`field`) and Connect `type` as strings, its logical
+    type (`name`) a string when given, and `parameters` an object: a field of another JSON type
+    is an error naming it, never a column typed by `str()` of it."""
     if not schema:
         return {}
+    envelope = schema.get("fields")
+    if envelope is not None and not isinstance(envelope, list):
+        raise ParseError("schema.fields", f"expected an array of fields, got {json_type(envelope)}")
+    for index, field in enumerate(envelope or ()):
+        if not isinstance(field, dict):
+            reason = f"expected a field's schema (a JSON object), got {json_type(field)}"
+            raise ParseError(f"schema.fields[{index}]", reason)
     for wanted in ("after", "before"):
-        for field in schema.get("fields") or ():
-            if isinstance(field, dict) and field.get("field") == wanted and isinstance(field.get("fields"), list):
-                return {f.get("field"): f for f in field["fields"] if isinstance(f, dict)}
+        for index, field in enumerate(envelope or ()):
+            if field.get("field") == wanted and isinstance(field.get("fields"), list):
+                columns = {}
+                for number, column in enumerate(field["fields"]):
+                    columns.update(_column_schema(column, f"schema.fields[{index}].fields[{number}]"))
+                return columns
     return {}
+
+
+def _column_schema(column: Any, where: str) -> dict[str, Mapping[str, Any]]:
+    if not isinstance(column, dict):
+        raise ParseError(where, f"expected a column's schema (a JSON object), got {json_type(column)}")
+    name = text_field(column.get("field"), f"{where}.field")
+    if name is None:
+        raise ParseError(f"{where}.field", "missing: a column's schema names the column")
+    if text_field(column.get("type"), f"{where}.type") is None:
+        raise ParseError(f"{where}.type", "missing: a column's schema gives its Connect type")
+    text_field(column.get("name"), f"{where}.name")
+    parameters = object_field(column.get("parameters"), f"{where}.parameters") or {}
+    for parameter in ("scale", "connect.decimal.precision"):
+        count_field(parameters.get(parameter), f"{where}.parameters.{parameter}")
+    return {name: column}
 
 
 def _column_types(
@@ -363,8 +409,8 @@ def _spark_type(field: Mapping[str, Any]) -> str:
     logical = field.get("name")
     if logical == DECIMAL:
         parameters = field.get("parameters") or {}
-        scale = int(parameters.get("scale", 0))
-        precision = int(parameters.get("connect.decimal.precision", 38))
+        scale = whole_number(parameters.get("scale")) or 0  # checked by _column_schema
+        precision = whole_number(parameters.get("connect.decimal.precision")) or 38
         return decimal_type(max(precision, scale, 1), scale)
     if logical == "io.debezium.data.Bits" and str((field.get("parameters") or {}).get("length")) == "1":
         return "boolean"
@@ -424,7 +470,7 @@ def _decoder(field: Mapping[str, Any]) -> Decoder | None:
     if logical == "io.debezium.time.ZonedTimestamp":
         return lambda value: timestamp_text(dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")))
     if logical == DECIMAL:
-        return partial(_fixed_scale_decimal, scale=parameters.get("scale", 0))
+        return partial(_fixed_scale_decimal, scale=whole_number(parameters.get("scale")) or 0)
     if logical == "io.debezium.data.VariableScaleDecimal":
         return _variable_scale_decimal
     if logical == "io.debezium.data.Bits" and str(parameters.get("length")) == "1":
@@ -449,10 +495,12 @@ def _bit(value: Any) -> str | None:
 
 
 def _event_ts(source: Mapping[str, Any], payload: Mapping[str, Any]) -> dt.datetime | None:
-    """Source commit time (source.ts_ms); snapshots carry 0 there, so fall back to payload.ts_ms."""
-    for value in (source.get("ts_ms"), payload.get("ts_ms")):
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return millis_to_ts(value)
+    """Source commit time (source.ts_ms); snapshots carry 0 there, so fall back to payload.ts_ms.
+    Present but not a whole number of milliseconds, it is an error naming it."""
+    for value, where in ((source.get("ts_ms"), "source.ts_ms"), (payload.get("ts_ms"), "payload.ts_ms")):
+        millis = order_number(value, where)
+        if millis:
+            return millis_to_ts(millis)
     return None
 
 
@@ -463,9 +511,10 @@ def _source_order(source: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
     if lsn is not None:
         return f"lsn:{lsn:020d}"
     pos = order_number(source.get("pos"), "source.pos")
-    if source.get("file") is not None and pos is not None:
+    binlog = text_field(source.get("file"), "source.file")
+    if binlog is not None and pos is not None:
         row = order_number(source.get("row"), "source.row") or 0
-        return f"binlog:{source['file']}:{pos:020d}:{row:010d}"
+        return f"binlog:{binlog}:{pos:020d}:{row:010d}"
     if source.get("commit_lsn") or source.get("change_lsn"):
         serial = order_number(source.get("event_serial_no"), "source.event_serial_no") or 0
         return f"mssql:{source.get('commit_lsn') or ''}:{source.get('change_lsn') or ''}:{serial:010d}"

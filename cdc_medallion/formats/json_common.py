@@ -72,7 +72,7 @@ def image_of(raw: Any, where: str) -> Image | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise ParseError(where, f"expected a JSON object or null, got {type(raw).__name__}")
+        raise ParseError(where, f"expected a JSON object or null, got {json_type(raw)}")
     return {str(name): value_text(value) for name, value in raw.items()}
 
 
@@ -87,9 +87,53 @@ def inferred_types(*images: Mapping[str, Any] | None) -> tuple[dict[str, str], d
     return types, dict.fromkeys(types, "json")
 
 
-def text_or_none(value: Any) -> str | None:
-    """A name or id as text; absent, null and empty are all None."""
-    return None if value is None or value == "" else str(value)
+def text_field(value: Any, where: str) -> str | None:
+    """A name or other text member: absent, null and empty are all None.
+
+    Any other JSON type is an error naming the member: `str()` of an object or a boolean would
+    name another table (or transaction, or statement) without a word."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ParseError(where, f"expected a string, got {json_type(value)}")
+    return value
+
+
+def id_field(value: Any, where: str) -> str | None:
+    """An identifier (transaction, row, schema id) as text: a string, or a whole number as some
+    writers give it; absent, null and empty are None, any other JSON type is an error."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return str(value)
+    raise ParseError(where, f"expected a string or a whole number, got {json_type(value)} ({value!r})")
+
+
+def count_field(value: Any, where: str) -> int | None:
+    """A count or index (not an order key): a whole number, or digits; absent, null and empty
+    are None; anything else is an error naming the member."""
+    if value is None or value == "":
+        return None
+    number = whole_number(value)
+    if number is None or number < 0:
+        raise ParseError(where, f"expected a whole number, got {json_type(value)} ({value!r})")
+    return number
+
+
+def flag_field(value: Any, where: str) -> bool | None:
+    """A boolean member: absent and null are None; any other JSON type is an error."""
+    if value is None or isinstance(value, bool):
+        return value
+    raise ParseError(where, f"expected a boolean, got {json_type(value)}")
+
+
+def object_field(value: Any, where: str) -> dict[str, Any] | None:
+    """A JSON object member (not a row image): absent and null are None; any other type is an error."""
+    if value is None or isinstance(value, dict):
+        return value
+    raise ParseError(where, f"expected a JSON object or null, got {json_type(value)}")
 
 
 def key_names(raw: Any, where: str) -> list[str] | None:

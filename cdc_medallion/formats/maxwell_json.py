@@ -21,6 +21,8 @@ from cdc_medallion.formats.base import Format, ParseError, register_format
 from cdc_medallion.formats.json_common import (
     change,
     epoch_millis,
+    flag_field,
+    id_field,
     image_of,
     inferred_types,
     key_names,
@@ -29,7 +31,7 @@ from cdc_medallion.formats.json_common import (
     padded,
     schema_change,
     sequence,
-    text_or_none,
+    text_field,
     tombstone,
     unknown_operation,
     whole_number,
@@ -55,10 +57,10 @@ class MaxwellJson(Format):
         document = load_document(message)
         if document is None:
             return [tombstone(message)]
-        code = document.get("type")
+        code = text_field(document.get("type"), "type")
         if code is None:
             raise ParseError("type", "missing: not a Maxwell message")
-        code = str(code).lower()
+        code = code.lower()
         millis = order_number(document.get("ts_ms"), "ts_ms")
         seconds = order_number(document.get("ts"), "ts")
         if millis is None and seconds is not None:
@@ -66,10 +68,11 @@ class MaxwellJson(Format):
         xid = padded(order_number(document.get("xid"), "xid"), 20)
         order = sequence(message, padded(millis, 15), xid, _xoffset(document))
         event_ts = epoch_millis(millis)
-        database = text_or_none(document.get("database"))
+        database = text_field(document.get("database"), "database")
+        table = text_field(document.get("table"), "table")
         if code.startswith(DDL_PREFIXES):
-            names = (database, None, text_or_none(document.get("table")))
-            return [schema_change(names, text_or_none(document.get("sql")), order, event_ts=event_ts, flags=[code])]
+            sql = text_field(document.get("sql"), "sql")
+            return [schema_change((database, None, table), sql, order, event_ts=event_ts, flags=[code])]
         if code in INFORMATIONAL:
             return [{"kind": KIND_MESSAGE, "op": code.upper(), "source_db": database, "sequence": order}]
         if code not in OPS:
@@ -78,7 +81,7 @@ class MaxwellJson(Format):
         data = image_of(document.get("data"), "data")
         if data is None:
             raise ParseError("data", f"{code} without a `data` row")
-        table = text_or_none(document.get("table")) or self.settings["table"]
+        table = table or self.settings["table"]
         if not table:
             raise ParseError("table", "missing, and no `table` option to take it from")
         old = image_of(document.get("old"), "old")
@@ -90,7 +93,7 @@ class MaxwellJson(Format):
             else:
                 before, changed = {**data, **old}, list(old)
         types, source_types = inferred_types(document.get("old"), document.get("data"))
-        commit = document.get("commit") is True
+        commit = flag_field(document.get("commit"), "commit") is True
         return [
             change(
                 op,
@@ -103,7 +106,7 @@ class MaxwellJson(Format):
                 source_types=source_types,
                 changed=changed,
                 flags=flags,
-                tx_id=text_or_none(document.get("xid")),
+                tx_id=id_field(document.get("xid"), "xid"),
                 tx_seq=whole_number(document.get("xoffset")),
                 tx_last=commit or None,
                 event_ts=event_ts,
@@ -115,7 +118,7 @@ def _xoffset(document: Mapping[str, Any]) -> str:
     xoffset = order_number(document.get("xoffset"), "xoffset")
     if xoffset is not None:
         return padded(xoffset, 10)
-    return padded(LAST_IN_TRANSACTION if document.get("commit") is True else 0, 10)
+    return padded(LAST_IN_TRANSACTION if flag_field(document.get("commit"), "commit") is True else 0, 10)
 
 
 def _key_of(message: BronzeMessage) -> list[str] | None:

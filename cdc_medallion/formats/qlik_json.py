@@ -28,11 +28,19 @@ from typing import Any, ClassVar
 
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
-from cdc_medallion.formats.json_common import load_document, tombstone
+from cdc_medallion.formats.json_common import (
+    count_field,
+    flag_field,
+    id_field,
+    json_type,
+    load_document,
+    text_field,
+    tombstone,
+)
 from cdc_medallion.formats.masks import Mask, MaskError, decode_mask
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import dumps, inferred_type, loads, text_of
-from cdc_medallion.identifiers import is_safe_identifier
+from cdc_medallion.identifiers import COLUMN_NAME_RULE, is_column_name
 from cdc_medallion.model import (
     KIND_CHANGE,
     KIND_SCHEMA_CHANGE,
@@ -130,8 +138,8 @@ def _int_field(raw: Mapping[str, Any], name: str, where: str, default: int | Non
     value = raw.get(name, default)
     if value is None and default is not None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ParseError(f"{where}.{name}", f"expected an integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ParseError(f"{where}.{name}", f"expected a whole number, got {json_type(value)} ({value!r})")
     return value
 
 
@@ -153,8 +161,8 @@ def parse_metadata(body: Mapping[str, Any], where: str = "message", schema_id: s
     columns = []
     for name, spec in columns_raw.items():
         here = f"{where}.tableStructure.tableColumns.{name}"
-        if not is_safe_identifier(name):
-            raise ParseError(here, f"unsafe column name {name!r}")
+        if not is_column_name(name):
+            raise ParseError(here, f"unusable column name {name!r}: {COLUMN_NAME_RULE}")
         if not isinstance(spec, dict):
             raise ParseError(here, f"expected a JSON object, got {type(spec).__name__}")
         ordinal = _int_field(spec, "ordinal", here, default=None)
@@ -176,13 +184,13 @@ def parse_metadata(body: Mapping[str, Any], where: str = "message", schema_id: s
     ordinals = [c.ordinal for c in columns]
     if len(set(ordinals)) != len(ordinals):
         raise ParseError(f"{where}.tableStructure.tableColumns", f"duplicate ordinals {sorted(ordinals)}")
-    version = lineage.get("tableVersion")
-    schema_id = _text(body.get("schemaId")) or schema_id
+    version = count_field(lineage.get("tableVersion"), f"{where}.lineage.tableVersion")
+    schema_id = text_field(body.get("schemaId"), f"{where}.schemaId") or schema_id
     return TableMeta(
         schema_id=schema_id,
-        schema=_text(lineage.get("schema")),
+        schema=text_field(lineage.get("schema"), f"{where}.lineage.schema"),
         table=table,
-        version=version if isinstance(version, int) and not isinstance(version, bool) else None,
+        version=version,
         columns=tuple(sorted(columns, key=lambda c: c.ordinal)),
         raw={"schemaId": schema_id, "lineage": lineage, "tableStructure": {"tableColumns": columns_raw}},
     )
@@ -335,7 +343,7 @@ class QlikJson(Format):
                 "source_types": {c.name: c.source_type for c in meta.columns},
                 "present_columns": [c.name for c in meta.columns],
                 "sequence": message.position,
-                "event_ts": _timestamp(lineage.get("timestamp")),
+                "event_ts": _timestamp(lineage.get("timestamp"), "message.lineage.timestamp"),
                 "detail": dumps({"type": METADATA_DETAIL, **meta.raw}),
                 "flags": ["metadata_repeated"] if known is not None and known.columns == meta.columns else None,
             }
@@ -374,8 +382,8 @@ class QlikJson(Format):
                     schema = meta.schema or schema
         change = self._change(message, headers, body, meta, schema, table)  # raises before any state changes
         events: list[Event] = []
-        external = headers.get("externalSchemaId")
-        if external not in (None, ""):
+        external = id_field(headers.get("externalSchemaId"), "headers.externalSchemaId")
+        if external is not None:
             key = _table_key(schema, table)
             previous = catalog.external_ids.get(key)
             if previous != str(external):
@@ -387,7 +395,7 @@ class QlikJson(Format):
                         "source_schema": schema,
                         "source_table": table,
                         "sequence": _sequence(headers, None, message),
-                        "event_ts": _timestamp(headers.get("timestamp")),
+                        "event_ts": _timestamp(headers.get("timestamp"), "headers.timestamp"),
                         "detail": dumps(
                             {"type": EXTERNAL_ID_DETAIL, "externalSchemaId": str(external), "previous": previous}
                         ),
@@ -406,7 +414,7 @@ class QlikJson(Format):
         table: str,
     ) -> Event:
         operation = headers.get("operation")
-        if operation not in OPS:
+        if not isinstance(operation, str) or operation not in OPS:
             raise ParseError("headers.operation", f"unknown operation {operation!r} (expected {', '.join(OPS)})")
         op = OPS[operation]
         data, before_data = body.get("data"), body.get("beforeData")
@@ -460,9 +468,9 @@ class QlikJson(Format):
                         f"data and beforeData differ in {sorted(differ)}"
                     )
         types, source_types = _types(meta, data, before_data)
-        tx_id = headers.get("transactionId")
-        counter = headers.get("transactionEventCounter")
-        last = headers.get("transactionLastEvent")
+        tx_id = text_field(headers.get("transactionId"), "headers.transactionId")
+        counter = count_field(headers.get("transactionEventCounter"), "headers.transactionEventCounter")
+        last = flag_field(headers.get("transactionLastEvent"), "headers.transactionLastEvent")
         return {
             "kind": KIND_CHANGE,
             "source_schema": schema,
@@ -476,10 +484,10 @@ class QlikJson(Format):
             "column_types": types or None,
             "source_types": source_types or None,
             "sequence": _sequence(headers, op, message),
-            "tx_id": None if tx_id in (None, "") else str(tx_id),
-            "tx_seq": counter if isinstance(counter, int) and not isinstance(counter, bool) else None,
-            "tx_last": last if isinstance(last, bool) else None,
-            "event_ts": _timestamp(headers.get("timestamp")),
+            "tx_id": tx_id,
+            "tx_seq": counter,
+            "tx_last": last,
+            "event_ts": _timestamp(headers.get("timestamp"), "headers.timestamp"),
             "flags": list(flags) or None,
             "detail": dumps({"mask_problems": problems}) if problems else None,
         }
@@ -525,14 +533,14 @@ def _envelope(message: BronzeMessage) -> _Parsed:
         if not isinstance(body, dict):
             raise ParseError("message", f"expected a JSON object, got {type(body).__name__}")
         kind = document.get("type")
-        schema_id = _text(document.get("messageSchemaId"))
+        schema_id = text_field(document.get("messageSchemaId"), "messageSchemaId")
         if kind == "MD":
-            return _Parsed("MD", body, _text(body.get("schemaId")) or schema_id)
+            return _Parsed("MD", body, text_field(body.get("schemaId"), "message.schemaId") or schema_id)
         if kind == "DT":
             return _Parsed("DT", body, schema_id)
         raise ParseError("type", f"unknown message type {kind!r} (expected DT or MD)")
     if "lineage" in document and "tableStructure" in document:
-        return _Parsed("MD", document, _text(document.get("schemaId")))
+        return _Parsed("MD", document, text_field(document.get("schemaId"), "schemaId"))
     if {"data", "beforeData", "headers"} & set(document):
         return _Parsed("DT", document, None)
     raise ParseError("value", "neither a Qlik data message (data, beforeData, headers) nor a metadata message")
@@ -608,18 +616,24 @@ def _sequence(headers: Mapping[str, Any], op: str | None, message: BronzeMessage
     return f"{text.zfill(SEQUENCE_WIDTH)}|{message.position}"
 
 
-def _timestamp(value: Any) -> dt.datetime | None:
-    """Qlik's change timestamp (UTC text like 2018-04-13T20:13:58.289), or epoch milliseconds."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return millis_to_ts(value)
+def _timestamp(value: Any, where: str) -> dt.datetime | None:
+    """Qlik's change timestamp (UTC text like 2018-04-13T20:13:58.289), or epoch milliseconds.
+
+    Absent, null or empty it is unknown (full-load rows carry ""); present but not a time, it is
+    an error naming it."""
     if isinstance(value, decimal.Decimal):
-        return millis_to_ts(float(value))
-    if not isinstance(value, str) or not value.strip():
+        value = float(value)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return millis_to_ts(value)
+    if value is None or (isinstance(value, str) and not value.strip()):
         return None
+    if not isinstance(value, str):
+        reason = f"expected a timestamp (text or epoch milliseconds), got {json_type(value)} ({value!r})"
+        raise ParseError(where, reason)
     try:
         parsed = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     except ValueError:
-        return None
+        raise ParseError(where, f"cannot read {value[:40]!r} as a timestamp") from None
     return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
 
 
@@ -638,10 +652,6 @@ def _table_key(schema: str | None, table: str) -> tuple[str, str]:
 def _order_of(ordinals: Mapping[int, str]) -> Callable[[str], int]:
     place = {name: ordinal for ordinal, name in ordinals.items()}
     return lambda name: place.get(name, 1 << 30)
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None or value == "" else str(value)
 
 
 def _boolean(value: Any, source: str, option: str) -> bool:

@@ -27,6 +27,7 @@ from cdc_medallion.formats.base import Format, ParseError, register_format
 from cdc_medallion.formats.json_common import (
     Image,
     change,
+    count_field,
     image_of,
     inferred_types,
     load_document,
@@ -35,7 +36,7 @@ from cdc_medallion.formats.json_common import (
     schema_change,
     sequence,
     split_name,
-    text_or_none,
+    text_field,
     tombstone,
     unknown_operation,
     utc_timestamp,
@@ -77,19 +78,19 @@ class SharePlexJson(Format):
         meta = document.get("meta")
         if not isinstance(meta, dict):
             raise ParseError("meta", "missing or not an object: not a SharePlex message")
-        code = " ".join(str(meta.get("op", "")).lower().split())
+        code = " ".join((text_field(meta.get("op"), "meta.op") or "").lower().split())
         if not code:
             raise ParseError("meta.op", "missing")
         if code not in OPS and code not in (UPDATE_BEFORE, DROP_COLUMN):
             raise unknown_operation("meta.op", meta.get("op"), ["ins", "upd", "del", "truncate", *_LONG_FORMS])
-        names = split_name(meta.get("table") or self.settings["table"], "meta.table")
+        names = split_name(text_field(meta.get("table"), "meta.table") or self.settings["table"], "meta.table")
         seq, size = _position_in_transaction(meta)
         scn = order_number(meta.get("scn"), "meta.scn")
         # Without an scn a change sorts after every change that has one, by commit time.
         scn_part = padded(scn, 30) if scn is not None else f"~{meta.get('time') or ''}"
         order = sequence(message, scn_part, padded(seq, 10))
         common = {
-            "tx_id": text_or_none(meta.get("trans")),
+            "tx_id": text_field(meta.get("trans"), "meta.trans"),
             "tx_seq": seq,
             "tx_last": None if seq is None or size is None else seq == size,
             "event_ts": utc_timestamp(meta.get("time"), "meta.time"),
@@ -98,9 +99,12 @@ class SharePlexJson(Format):
         data = self._image(document.get("data"), "data", meta)
         if code == DROP_COLUMN:
             detail = "DROP COLUMN" if document.get("data") is None else f"DROP COLUMN {dumps(document['data'])}"
-            return [schema_change(names, detail, order, **common)]
+            return [schema_change(names, detail, order, flags=flags or None, **common)]
         if code == UPDATE_BEFORE:
-            return [{"kind": KIND_MESSAGE, "op": "UPDATE BEFORE", "before": data, "sequence": order, **common}]
+            if data is None:
+                raise ParseError("data", "UPDATE BEFORE without `data` (the row before the update)")
+            before = {"kind": KIND_MESSAGE, "op": "UPDATE BEFORE", "before": data, "sequence": order, **common}
+            return [{**before, "flags": flags or None}]
         op = OPS[code]
         if op == OP_TRUNCATE:
             return [change(op, names, None, None, order, flags=flags, **common)]
@@ -138,7 +142,7 @@ class SharePlexJson(Format):
         image = image_of(raw, where)
         column = self.settings["rowid_column"]
         if image is not None and column:
-            image[column] = text_or_none(meta.get("rowid"))
+            image[column] = text_field(meta.get("rowid"), "meta.rowid")
         return image
 
 
@@ -147,7 +151,7 @@ _LONG_FORMS = ["INSERT", "UPDATE", "DELETE", "TRUNCATE", "DROP COLUMN", "UPDATE 
 
 def _position_in_transaction(meta: Mapping[str, Any]) -> tuple[int | None, int | None]:
     """`seq` and `size`, or the `idx` text `seq/size` when they are absent."""
-    seq, size = order_number(meta.get("seq"), "meta.seq"), whole_number(meta.get("size"))
+    seq, size = order_number(meta.get("seq"), "meta.seq"), count_field(meta.get("size"), "meta.size")
     if (seq is None or size is None) and isinstance(meta.get("idx"), str) and "/" in meta["idx"]:
         first, _, second = meta["idx"].partition("/")
         seq = seq if seq is not None else whole_number(first)

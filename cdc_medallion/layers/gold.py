@@ -14,7 +14,16 @@ from pyspark.sql.types import ArrayType, StringType, StructField, StructType, _p
 
 from cdc_medallion import dp
 from cdc_medallion.config import PipelineConf, TableConf
-from cdc_medallion.identifiers import GOLD_COLUMN_SQL, check_identifier, dataset_name, gold_column, quote, sql_text
+from cdc_medallion.identifiers import (
+    COLUMN_MAPPING,
+    GOLD_COLUMN_SQL,
+    check_column,
+    dataset_name,
+    gold_column,
+    needs_column_mapping,
+    quote,
+    sql_text,
+)
 from cdc_medallion.layers import silver_name
 from cdc_medallion.model import KIND_CHANGE, OP_DELETE, OP_TRUNCATE, OP_UPDATE
 from cdc_medallion.quality.rules import load_rules
@@ -35,7 +44,8 @@ _TRUE, _FALSE = "('true', 't', '1', 'y', 'yes')", "('false', 'f', '0', 'n', 'no'
 
 
 def typed(value: str, spark_type: str) -> str:
-    """Canonical text -> typed value (SQL); NULL when it does not convert (counted as a cast failure).
+    """Canonical text -> typed value (SQL); NULL when it does not convert (a cast failure, which
+    `values_cast` in gold.yml quarantines by default).
 
     The type is re-spelled by Spark's own parser, so conf text never reaches SQL as written.
     """
@@ -84,10 +94,13 @@ def changes(events: DataFrame, table: TableConf) -> DataFrame:
     )
     columns, failures = [], []
     for name, spark_type in table.columns.items():
-        raw = f"{IMAGE}[{sql_text(check_identifier(name, f'column of {table.table}'))}]"
+        raw = f"{IMAGE}[{sql_text(check_column(name, f'column of {table.table}'))}]"
         value = typed(raw, spark_type)
         columns.append(f"{value} AS {quote(gold_column(name))}")
-        failures.append(f"CASE WHEN {raw} IS NOT NULL AND ({value}) IS NULL THEN {sql_text(name)} END")
+        # The reason names the column, the value and the type, so a quarantined change explains itself.
+        kind = sql_text(" is not " + _type_sql(spark_type.strip()))
+        reason = f"concat({sql_text(name + ': ')}, substring({raw}, 1, 80), {kind})"
+        failures.append(f"CASE WHEN {raw} IS NOT NULL AND ({value}) IS NULL THEN {reason} END")
     gone = f"op IN ({sql_text(OP_DELETE)}, {sql_text(OP_TRUNCATE)})"
     present = f"transform(map_keys({IMAGE}), c -> {GOLD_COLUMN_SQL.format('c')})"
     cast_errors = f"filter(array({', '.join(failures)}), x -> x IS NOT NULL)" if failures else "array()"
@@ -129,7 +142,7 @@ def view_schema(columns: Mapping[str, str]) -> StructType:
 
 def define_table(conf: PipelineConf, table: TableConf) -> None:
     for column in [*table.columns, *table.keys]:
-        check_identifier(column, f"column of {table.table}")
+        check_column(column, f"column of {table.table}")
     gold = table.gold_name
     view = dataset_name("changes", gold.removeprefix("gold_"))
     keys = [gold_column(k) for k in table.keys]
@@ -143,6 +156,8 @@ def define_table(conf: PipelineConf, table: TableConf) -> None:
         return changes(dp.read_stream(silver_name(table.source)), table)
 
     properties = {"layer": "gold", "source": table.source, "source_table": table.table}
+    if needs_column_mapping(table.columns):  # names with spaces, commas, ...: Delta stores them mapped
+        properties.update(COLUMN_MAPPING)
     common = {
         "source": view,
         "keys": keys,

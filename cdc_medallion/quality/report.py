@@ -98,7 +98,7 @@ def quarantine_reasons(
                         {k: v for k, v in values.items() if not k.startswith("__") and k != "failed_expectations"},
                         default=str,
                     )
-                reason = values.get("error") or values.get("detail")
+                reason = values.get("error") or values.get("detail") or "; ".join(values.get("__cast_errors") or [])
                 if values.get("flags"):
                     reason = f"{reason or ''} flags: {', '.join(values['flags'])}".strip()
                 samples.append(

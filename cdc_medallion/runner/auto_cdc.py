@@ -313,11 +313,11 @@ class AutoCdcApplier:
         has_truncates = new_truncates or change.state.has_truncates()
         to_release: list[DataFrame] = []
         if new_truncates:  # a new truncate touches every key of the table
-            affected = target.select(*keys).union(rows.select(*keys)).distinct().persist()
+            affected = target.select(*_cols(keys)).union(rows.select(*_cols(keys))).distinct().persist()
             to_release.append(affected)
             keys_in_batch = affected.count()
         else:  # a semi join needs no distinct keys: `rows` is cached, so reading them again is cheap
-            affected = rows.select(*keys).distinct() if has_truncates else rows.select(*keys)
+            affected = rows.select(*_cols(keys)).distinct() if has_truncates else rows.select(*_cols(keys))
             keys_in_batch = summary.keys
         seq_type = rows.schema[SEQ].dataType
         truncates = change.new_truncates
@@ -338,7 +338,7 @@ class AutoCdcApplier:
             if has_truncates:  # each truncate is a delete of every touched key
                 everything = everything.unionByName(
                     affected.crossJoin(truncates).select(
-                        *keys,
+                        *_cols(keys),
                         *[F.lit(None).cast(rows.schema[c].dataType).alias(c) for c in columns if c not in keys],
                         F.col(SEQ).cast(rows.schema[SEQ].dataType).alias(SEQ),
                         F.lit(True).alias(DELETE),
@@ -366,11 +366,14 @@ class AutoCdcApplier:
         null_present = F.lit(None).cast(ArrayType(StringType()))
         if self.flow.stored_as_scd_type == 1:
             upserts = rows.select(
-                *columns, F.col(SCD1_SEQUENCE).alias(SEQ), F.lit(False).alias(DELETE), null_present.alias(PRESENT)
+                *_cols(columns),
+                F.col(SCD1_SEQUENCE).alias(SEQ),
+                F.lit(False).alias(DELETE),
+                null_present.alias(PRESENT),
             )
         else:
             upserts = rows.select(
-                *columns,
+                *_cols(columns),
                 F.col(START_AT).alias(SEQ),
                 F.lit(False).alias(DELETE),
                 null_present.alias(PRESENT),
@@ -394,11 +397,11 @@ class AutoCdcApplier:
         """Carry absent columns forward within a key's life (since its last delete)."""
         keys = list(self.flow.keys)
         order = [F.col(SEQ), F.col(ORIGIN)]
-        by_key = Window.partitionBy(*keys).orderBy(*order)
+        by_key = Window.partitionBy(*_cols(keys)).orderBy(*order)
         running = by_key.rowsBetween(Window.unboundedPreceding, Window.currentRow)
         events = events.withColumn("__life", F.sum(F.col(DELETE).cast("int")).over(running) - F.col(DELETE).cast("int"))
         in_life = (
-            Window.partitionBy(*keys, "__life")
+            Window.partitionBy(*_cols(keys), "__life")
             .orderBy(*order)
             .rowsBetween(Window.unboundedPreceding, Window.currentRow)
         )
@@ -436,7 +439,7 @@ class AutoCdcApplier:
         empty_target: bool,
     ) -> ApplyResult:
         keys = list(self.flow.keys)
-        last = Window.partitionBy(*keys).orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
+        last = Window.partitionBy(*_cols(keys)).orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
         final = (
             filled.withColumn("__rn", F.row_number().over(last))
             .filter("__rn = 1")
@@ -465,7 +468,7 @@ class AutoCdcApplier:
     ) -> ApplyResult:
         keys = list(self.flow.keys)
         tracked = tracked_columns(self.flow, columns)
-        by_key = Window.partitionBy(*keys).orderBy(F.col(SEQ), F.col(ORIGIN))
+        by_key = Window.partitionBy(*_cols(keys)).orderBy(F.col(SEQ), F.col(ORIGIN))
         tracked_value = F.struct(*[F.col(quote(c)) for c in tracked]) if tracked else F.lit(0)
         marked = (
             filled.withColumn("__tracked", tracked_value)
@@ -492,9 +495,9 @@ class AutoCdcApplier:
         # OLD_END). So what changed is found within each key's partition, with no second pass
         # over the target, and only versions that changed are rewritten.
         stored = (F.col(ORIGIN) == 0) & ~F.col(DELETE)
-        in_version = Window.partitionBy(*keys, "__version").orderBy(F.col(SEQ), F.col(ORIGIN))
+        in_version = Window.partitionBy(*_cols(keys), "__version").orderBy(F.col(SEQ), F.col(ORIGIN))
         whole_version = in_version.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-        latest = Window.partitionBy(*keys, "__version").orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
+        latest = Window.partitionBy(*_cols(keys), "__version").orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
 
         def as_row(end: str) -> Column:
             return F.struct(*[F.col(quote(c)) for c in columns], F.col(end).alias(END_AT))
@@ -506,7 +509,7 @@ class AutoCdcApplier:
             .withColumn("__stored", F.first(F.when(stored, as_row(OLD_END))).over(whole_version))
             .withColumn("__rn", F.row_number().over(latest))
             # Whether any version still starts where this event's stored version started.
-            .withColumn("__kept", F.max(F.col("__starts").cast("int")).over(Window.partitionBy(*keys, SEQ)) == 1)
+            .withColumn("__kept", F.max(F.col("__starts").cast("int")).over(Window.partitionBy(*_cols(keys), SEQ)) == 1)
         )
         # One pass yields both kinds of change, so the windows above are computed once.
         changed = F.when(
@@ -618,3 +621,9 @@ def _release(detached: DataFrame) -> None:
     plan = detached._jdf.queryExecution().logical()
     if plan.getClass().getSimpleName() == "LogicalRDD":
         plan.rdd().unpersist(False)
+
+
+def _cols(names: list[str]) -> list[Column]:
+    """Columns by name, quoted: a source column may be called `a.b` or `x``y`, which a bare
+    string would read as a nested field or a syntax error."""
+    return [F.col(quote(name)) for name in names]

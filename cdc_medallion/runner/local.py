@@ -77,7 +77,9 @@ class UpdateResult:
             text += f"; {len(others)} other flow(s) failed too: {', '.join(others)}"
         if self.skipped:
             text += f"; {len(self.skipped)} flow(s) reading them did not run: {', '.join(self.skipped)}"
-        return type(first)(text)
+        combined = type(first)(text)
+        combined.__cause__ = first.__cause__ or first
+        return combined
 
 
 class _UpstreamFailed(Exception):
@@ -482,4 +484,6 @@ def as_flow_error(flows: list[str], error: BaseException) -> CdcMedallionError:
     """A failure of `flows` as one of our errors: ours as raised, anything else named by them."""
     if isinstance(error, CdcMedallionError):
         return error
-    return FlowFailed(f"flow {', '.join(flows)} failed: {first_line(error)}")
+    failed = FlowFailed(f"flow {', '.join(flows)} failed: {first_line(error)}")
+    failed.__cause__ = error  # the traceback behind the one line, for CDC_MEDALLION_DEBUG=1
+    return failed

@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 
 from cdc_medallion.errors import SchemaMismatch
 from cdc_medallion.faults import commit_point
-from cdc_medallion.identifiers import dataset_name, quote
+from cdc_medallion.identifiers import COLUMN_MAPPING, dataset_name, needs_column_mapping, quote
 from cdc_medallion.sqltypes import widens
 
 SYSTEM_DIR = "_system"
@@ -117,6 +117,8 @@ class DeltaStore:
         settings = dict(properties or {})
         if settings.get("layer") == "gold":
             settings = {**GOLD_FEATURES, **settings}
+        if needs_column_mapping(schema.fieldNames()):
+            settings = {**COLUMN_MAPPING, **settings}
         for key, value in settings.items():
             builder = builder.property(key, str(value))
         commit_point(f"before create of {name}")
@@ -187,7 +189,11 @@ class DeltaStore:
         )
 
     def add_columns(self, name: str, fields: StructType) -> None:
-        """Schema evolution: columns a source added (by DDL) join the table, NULL in old rows."""
+        """Schema evolution: columns a source added (by DDL) join the table, NULL in old rows.
+        A name Delta stores only mapped (a space, a comma, ...) turns column mapping on first."""
+        if needs_column_mapping(fields.fieldNames()) and "delta.columnMapping.mode" not in self.properties(name):
+            mapping = ", ".join(f"'{k}' = '{v}'" for k, v in COLUMN_MAPPING.items())
+            self.spark.sql(f"ALTER TABLE delta.`{self.path(name)}` SET TBLPROPERTIES ({mapping})")
         columns = ", ".join(f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in fields)
         self.spark.sql(f"ALTER TABLE delta.`{self.path(name)}` ADD COLUMNS ({columns})")
 
