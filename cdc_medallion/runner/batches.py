@@ -58,6 +58,9 @@ class BatchWriter:
     fresh: bool = False
     error: BaseException | None = None
     results: list[FlowResult] = field(default_factory=list)
+    #: When its last batch ended (monotonic): a query's own time ends there, not when the
+    #: runner, busy with other queries, gets to collect it.
+    last_batch_ended: float | None = None
 
     def __post_init__(self) -> None:
         self.results = [self.runner.flow_result(flow) for flow in self.flows]
@@ -70,6 +73,7 @@ class BatchWriter:
         except BaseException as error:  # kept: Spark wraps what a batch raises into its own error
             self.error = error
             raise
+        self.last_batch_ended = time.monotonic()
         commit_point(f"after batch {batch_id} of {query}")  # written, not yet in the checkpoint
 
     def _write(self, batch: DataFrame, txn: Txn) -> None:

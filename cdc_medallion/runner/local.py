@@ -366,7 +366,7 @@ class LocalRunner:
                     self._record_failure(target, [f.name for f in query.flows if f.target == target], failure)
                 continue
             self._running_queries.remove(query)
-            wall = time.monotonic() - query.started
+            wall = (query.writer.last_batch_ended or time.monotonic()) - query.started
             for result in query.writer.results:  # the query's wall clock, shared by its flows
                 result.seconds += wall / len(query.writer.results)
             if query.inputs is not None:
