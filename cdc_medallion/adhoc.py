@@ -8,7 +8,7 @@ from pathlib import Path
 from cdc_medallion.config import DEFAULT_MAX_MESSAGES_PER_BATCH, InputConf, PipelineConf, SourceConf, TableConf
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats import format_names, get_format
-from cdc_medallion.identifiers import is_safe_identifier
+from cdc_medallion.identifiers import TABLE_NAME_RULE, is_column_name, is_table_name
 from cdc_medallion.sqltypes import spark_type as sql_to_spark
 
 REPO_EXPECTATIONS = Path(__file__).resolve().parent.parent / "expectations"
@@ -75,13 +75,13 @@ def adhoc_conf(
     column_map = _pairs(columns, "--columns")
     tables = []
     for table in sorted(set(key_map) | set(column_map)):
-        if not all(is_safe_identifier(p) for p in table.split(".")):
-            raise ConfigError(f"--key/--columns: unsafe table name {table!r}")
+        if not all(is_table_name(p) for p in table.split(".")):
+            raise ConfigError(f"--key/--columns: {table!r} is not a table name ({TABLE_NAME_RULE} in a part)")
         key_columns = tuple(k.strip() for k in key_map.get(table, "").split(",") if k.strip())
         typed: dict[str, str] = {}
         for spec in _split_columns(column_map.get(table, "")):
             name, sep, spark_type = spec.partition(":")
-            if not sep or not is_safe_identifier(name.strip()):
+            if not sep or not is_column_name(name.strip()):
                 raise ConfigError(f"--columns {table}: {spec!r} must be COL:TYPE")
             try:
                 typed[name.strip()] = sql_to_spark(spark_type)

@@ -20,11 +20,13 @@ import yaml
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.identifiers import (
     COLUMN_NAME_RULE,
+    TABLE_NAME_RULE,
     check_identifier,
     dataset_name,
     dataset_part,
     is_column_name,
     is_safe_identifier,
+    is_table_name,
 )
 from cdc_medallion.sqltypes import spark_type
 
@@ -215,9 +217,9 @@ def _parse_source(file: Path, base: Path, raw: Any, index: int) -> SourceConf:
 def parse_table(file: Path | str, raw: Any, where: str) -> TableConf:
     reader = _Reader(file, raw, where)
     table = reader.get("table", str, required=True)
-    for part in table.split("."):
-        if not is_safe_identifier(part):
-            raise reader.error("table", f"{table!r} is not a safe table name")
+    for part in table.split("."):  # `schema.table`: each part a table name
+        if not is_table_name(part):
+            raise reader.error("table", f"{table!r} is not a table name ({TABLE_NAME_RULE} in a part)")
     keys = _string_list(reader, "keys")
     for key in keys:
         if not is_column_name(key):

@@ -9,6 +9,7 @@ column may be named anything a source allows: spaces, punctuation, any script.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from cdc_medallion.errors import IdentifierError
@@ -70,9 +71,27 @@ def dataset_name(*parts: str) -> str:
     return name
 
 
+TABLE_NAME_RULE = f"{COLUMN_NAME_RULE}, or with a dot or a slash"
+
+
+def is_table_name(name: object) -> bool:
+    """True for a source table's name as a message or conf may give it: any column name without a
+    dot (which separates the schema) or a slash. It reaches SQL only as a quoted literal and
+    paths only through `dataset_part`."""
+    return is_column_name(name) and not any(c in name for c in "./\\")  # type: ignore[operator]
+
+
 def dataset_part(name: str) -> str:
-    """A source name as a dataset-name part: `Käse$Tab#1` -> `k_se_tab_1` (validated names only)."""
-    return _NOT_DATASET_CHARACTER.sub("_", check_identifier(name, "name").lower()).strip("_") or "_"
+    """A source name as a dataset-name part: `Käse$Tab#1` -> `k_se_tab_1`. A name beyond the
+    identifier alphabet (`order lines`, `t; x`) gets a digest of itself too, so that two such
+    names never share a folder; the table's properties keep the name as sent."""
+    if is_safe_identifier(name):
+        return _NOT_DATASET_CHARACTER.sub("_", name.lower()).strip("_") or "_"
+    if not is_table_name(name):
+        raise IdentifierError(f"unusable name {name!r}: {TABLE_NAME_RULE}")
+    readable = re.sub("_+", "_", _NOT_DATASET_CHARACTER.sub("_", name.lower())).strip("_")[:40]
+    digest = hashlib.sha1(name.encode("utf-8")).hexdigest()[:8]
+    return f"{readable}_{digest}" if readable else f"t_{digest}"
 
 
 def quote(name: str) -> str:

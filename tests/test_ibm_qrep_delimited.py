@@ -244,7 +244,7 @@ def test_lsn_widths_sort_as_numbers():
         ({"column_delimiter": "\u3001"}, "is not a single-byte character"),
         ({"code_page": "klingon"}, "option 'code_page': unknown code page"),
         ({"tables": {"T": ["A:NOT_A_TYPE"]}}, "unknown column type 'NOT_A_TYPE'"),
-        ({"tables": {"T": ["A;INT"]}}, "must be a safe column name and a type name"),
+        ({"tables": {"T": ["A;INT"]}}, "must be a column name and a type name"),
         ({"incomplete_timeout_seconds": "soon"}, "expected seconds"),
         ({"time_zone": "Mars/Olympus"}, "unknown time zone"),
     ],

@@ -10,7 +10,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 from cdc_medallion.errors import ConcurrentRunError, IdentifierError, SchemaMismatch
 from cdc_medallion.runner.local import StorageLock
 from cdc_medallion.storage.delta_store import DeltaStore, Txn
-from tests.helpers import datasets, ingest, parse, read_rows
+from tests.helpers import datasets, gold_name, gold_rows, ingest, parse, read_rows
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("v", StringType())])
 
@@ -93,23 +93,39 @@ def test_dataset_names_cannot_leave_the_storage_root(spark, storage):
             store.path(hostile)
 
 
-def test_hostile_names_in_messages_are_quarantined(spark, tmp_path):
+def test_hostile_names_in_messages_never_leave_the_root_nor_reach_sql(spark, tmp_path):
+    """A table name with a path in it is quarantined; any other name a source allows (`t; DROP
+    TABLE y` is a legal quoted MySQL name) arrives, in a folder of its own under the root, as a
+    value wherever it meets SQL."""
+
     def change(table: str, column: str = "id") -> str:
         source = {"connector": "postgresql", "table": table, "lsn": 1}
         return json.dumps({"op": "c", "before": None, "after": {column: 1}, "source": source})
 
     [event] = parse("debezium-json", change("../../x"))
-    assert event["kind"] == "error" and "unsafe table name '../../x'" in event["error"]
+    assert event["kind"] == "error" and "unusable table name '../../x'" in event["error"]
     [event] = parse("debezium-json", change("ok", column="a\x07b"))
     assert event["kind"] == "error" and "unusable column name" in event["error"]
 
     source = tmp_path / "in.jsonl"
     source.write_text("\n".join([change("../../x"), change("t; DROP TABLE y"), change("fine")]) + "\n")
     storage = tmp_path / "storage"
-    ingest(spark, "debezium-json", source, storage, keys={"fine": "id"})
+    ingest(spark, "debezium-json", source, storage, keys={"fine": "id", "t; DROP TABLE y": "id"})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "storage"]  # nothing outside the root
-    assert len(read_rows(spark, storage, "silver_debezium_json_quarantine")) == 2
+    assert len(read_rows(spark, storage, "silver_debezium_json_quarantine")) == 1
     assert "gold_fine" in datasets(storage)
+    assert [r["id"] for r in gold_rows(spark, storage, "t; DROP TABLE y", 1)] == [1]
+    assert gold_name(storage, "t; DROP TABLE y", 1).startswith("gold_t_drop_table_y_")
+
+
+def test_table_names_beyond_the_identifier_alphabet_get_folders_of_their_own():
+    from cdc_medallion.config import TableConf
+
+    names = ["order lines", "order-lines", "Order Lines", "t; x", "größe"]
+    golds = {TableConf(source="s", table=name, keys=("id",)).gold_name for name in names}
+    assert len(golds) == len(names), golds
+    assert all(g.startswith("gold_") and g.replace("_", "").isalnum() for g in golds)
+    assert TableConf(source="s", table="orders", keys=("id",)).gold_name == "gold_orders"  # plain names stay
 
 
 def test_a_second_run_on_the_same_storage_fails_clearly(storage):

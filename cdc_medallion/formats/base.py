@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import EPOCH
-from cdc_medallion.identifiers import COLUMN_NAME_RULE, is_column_name, is_safe_identifier
+from cdc_medallion.identifiers import COLUMN_NAME_RULE, TABLE_NAME_RULE, is_column_name, is_table_name
 from cdc_medallion.model import EVENT_COLUMNS, EVENT_SCHEMA, KIND_ERROR, KIND_HELD
 
 RAW_MESSAGE_LIMIT = 4096
@@ -222,8 +222,8 @@ def cycle_collection_paused() -> Iterator[None]:
 
 def _unsafe_name(event: Event) -> tuple[str, str] | None:
     table = event.get("source_table")
-    if table is not None and not _known(table, _SAFE_TABLES, is_safe_identifier):
-        return "source_table", f"unsafe table name {table!r}"
+    if table is not None and not _known(table, _SAFE_TABLES, is_table_name):
+        return "source_table", f"unusable table name {table!r}: {TABLE_NAME_RULE}"
     for image in ("before", "after"):
         columns = event.get(image)
         if not columns or _COLUMN_NAMES.issuperset(columns):

@@ -25,7 +25,7 @@ from typing import Any
 
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats.ibm_qrep_records import Delimiters, Field, InvalidData, RecordError
-from cdc_medallion.identifiers import is_safe_identifier
+from cdc_medallion.identifiers import TABLE_NAME_RULE, is_column_name, is_table_name
 from cdc_medallion.sqltypes import spark_type
 
 Image = dict[str, str | None]
@@ -127,8 +127,8 @@ def parse_tables(value: Any, default_code_page: str, where: str) -> dict[str, Ta
         raise ConfigError(f"{where}: must be a mapping of OWNER.TABLE to its columns, got {type(value).__name__}")
     specs: dict[str, TableSpec] = {}
     for table, columns in value.items():
-        if not isinstance(table, str) or not all(is_safe_identifier(p) for p in table.split(".")):
-            raise ConfigError(f"{where}: {table!r} is not a safe OWNER.TABLE or TABLE name")
+        if not isinstance(table, str) or not all(is_table_name(p) for p in table.split(".")):
+            raise ConfigError(f"{where}: {table!r} is not an OWNER.TABLE or TABLE name ({TABLE_NAME_RULE} in a part)")
         code_page = default_code_page
         if isinstance(columns, Mapping) and "columns" in columns and set(columns) <= {"columns", "code_page"}:
             code_page = columns.get("code_page") or default_code_page
@@ -160,8 +160,8 @@ def _columns(raw: Any, where: str) -> tuple[Column, ...]:
         raise ConfigError(f"{where}: no columns")
     columns = []
     for name, sql_type in pairs:
-        if not is_safe_identifier(name) or not isinstance(sql_type, str) or not sql_type.strip():
-            raise ConfigError(f"{where}: {name!r}: {sql_type!r} must be a safe column name and a type name")
+        if not is_column_name(name) or not isinstance(sql_type, str) or not sql_type.strip():
+            raise ConfigError(f"{where}: {name!r}: {sql_type!r} must be a column name and a type name")
         try:
             spark = spark_type(sql_type)
         except ConfigError as error:
