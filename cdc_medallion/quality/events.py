@@ -75,6 +75,7 @@ class Update:
     accounting: list[dict[str, Any]] = field(default_factory=list)
     data_docs: str | None = None
     errors: list[str] = field(default_factory=list)
+    failed_flows: list[str] = field(default_factory=list)  # flows whose progress says FAILED
 
     @property
     def label(self) -> str:
@@ -178,6 +179,9 @@ def _fold_flow(
     metrics = progress.get("metrics") or {}
     quality = progress.get("data_quality") or {}
     name = base_dataset(dataset)
+    flow_name = row.get("flow_name") or dataset
+    if progress.get("status") == "FAILED" and flow_name not in update.failed_flows:
+        update.failed_flows.append(flow_name)
     if name.endswith(QUARANTINE_SUFFIX) and "num_output_rows" in metrics:
         # Databricks: the quarantine table is its own dataset; its rows are the quarantined ones.
         base = name.removesuffix(QUARANTINE_SUFFIX)

@@ -528,17 +528,19 @@ def _row_counts(state: TableState) -> list[str]:
 
 def _runs(updates: list[Update]) -> list[str]:
     out = [
-        '<h2 id="runs">Updates</h2><table><tr><th>update</th><th>state</th><th>failed expectations</th>'
-        "<th>quarantined</th><th>failed checks</th></tr>"
+        '<h2 id="runs">Updates</h2><table><tr><th>update</th><th>state</th><th>failed flows</th>'
+        "<th>failed expectations</th><th>quarantined</th><th>failed checks</th></tr>"
     ]
     for update in reversed(updates):
         failed = sum(e.failed for e in update.expectations.values())
         quarantined = sum(d.quarantined or 0 for d in update.datasets.values())
         bad_checks = len([c for c in update.checks if not c.success and c.severity == "error"])
+        flows = escape(", ".join(update.failed_flows))
         out.append(
             f"<tr class='run'{_attrs(update=update.update_id)}>"
             f"<td><a href='{update.slug}.html'>{escape(update.label)}</a></td>"
             f"<td class='{'bad' if update.state == 'FAILED' else ''}'>{escape(update.state or '?')}</td>"
+            f"<td class='failed-flows{' bad' if update.failed_flows else ''}'>{flows}</td>"
             f"<td class='n {'bad' if failed else ''}'>{failed:,}</td><td class='n'>{quarantined:,}</td>"
             f"<td class='n {'bad' if bad_checks else ''}'>{bad_checks}</td></tr>"
         )
