@@ -338,6 +338,11 @@ class LocalRunner:
         fresh = not (checkpoint.folder / "offsets").is_dir()  # a new query, maybe over a view read before
         fresh = fresh and view is not None and self.store.exists(f"{view.name}_quarantine")
         writer = BatchWriter(self, flows, f"{query}:{checkpoint.app_id}", view, fresh)
+        if not self.continuous:  # at most `max_concurrent_flows` at once: make room before starting
+            active = [q for q in self._running_queries if q.handle.isActive]
+            excess = len(active) - self.conf.max_concurrent_flows + 1
+            if excess > 0:
+                self._finish(active[:excess])
         started = time.monotonic()
         stream = rows.writeStream.foreachBatch(writer).option("checkpointLocation", str(checkpoint.folder))
         stream = stream.queryName(f"{self.conf.name}.{query}"[:200])
@@ -347,10 +352,6 @@ class LocalRunner:
         except AnalysisException as error:  # what Spark refuses in a stream, e.g. a sort
             raise GraphError(f"flow {first.name} cannot run as a stream: {first_line(error)}") from None
         self._running_queries.append(_Running(handle, writer, flows, checkpoint, inputs, query, started))
-        if not self.continuous:
-            active = [q for q in self._running_queries if q.handle.isActive]
-            if len(active) > self.conf.max_concurrent_flows:
-                self._finish(active[: len(active) - self.conf.max_concurrent_flows])
 
     def _finish(self, queries: list[_Running]) -> None:
         """Wait for `queries` to catch up; record what each read, or that it failed (its
