@@ -498,7 +498,7 @@ def _event_ts(source: Mapping[str, Any], payload: Mapping[str, Any]) -> dt.datet
     """Source commit time (source.ts_ms); snapshots carry 0 there, so fall back to payload.ts_ms.
     Present but not a whole number of milliseconds, it is an error naming it."""
     for value, where in ((source.get("ts_ms"), "source.ts_ms"), (payload.get("ts_ms"), "payload.ts_ms")):
-        millis = order_number(value, where)
+        millis = count_field(value, where)  # a time, not an order key
         if millis:
             return millis_to_ts(millis)
     return None

@@ -114,12 +114,7 @@ def id_field(value: Any, where: str) -> str | None:
 def count_field(value: Any, where: str) -> int | None:
     """A count or index (not an order key): a whole number, or digits; absent, null and empty
     are None; anything else is an error naming the member."""
-    if value is None or value == "":
-        return None
-    number = whole_number(value)
-    if number is None or number < 0:
-        raise ParseError(where, f"expected a whole number, got {json_type(value)} ({value!r})")
-    return number
+    return _present_whole_number(value, where, f"expected a whole number, got {json_type(value)} ({value!r})")
 
 
 def flag_field(value: Any, where: str) -> bool | None:
@@ -173,11 +168,19 @@ def order_number(value: Any, where: str) -> int | None:
     Present but unreadable, it is no order key: sorted as missing it would place the change
     after (or before) every real one, and a later valid change would lose to it. So it is an
     error naming the field, and the message goes to quarantine."""
+    return _present_whole_number(
+        value, where, f"present but not a whole number ({value!r}): the change cannot be ordered"
+    )
+
+
+def _present_whole_number(value: Any, where: str, reason: str) -> int | None:
+    """A non-negative whole number (a JSON number or digits); None when absent (null or empty
+    text); anything else an error naming `where` with `reason`."""
     if value is None or value == "":
         return None
     number = whole_number(value)
     if number is None or number < 0:
-        raise ParseError(where, f"present but not a whole number ({value!r}): the change cannot be ordered")
+        raise ParseError(where, reason)
     return number
 
 

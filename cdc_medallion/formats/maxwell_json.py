@@ -66,7 +66,8 @@ class MaxwellJson(Format):
         if millis is None and seconds is not None:
             millis = seconds * 1000
         xid = padded(order_number(document.get("xid"), "xid"), 20)
-        order = sequence(message, padded(millis, 15), xid, _xoffset(document))
+        commit = flag_field(document.get("commit"), "commit") is True
+        order = sequence(message, padded(millis, 15), xid, _xoffset(document, commit))
         event_ts = epoch_millis(millis)
         database = text_field(document.get("database"), "database")
         table = text_field(document.get("table"), "table")
@@ -93,7 +94,6 @@ class MaxwellJson(Format):
             else:
                 before, changed = {**data, **old}, list(old)
         types, source_types = inferred_types(document.get("old"), document.get("data"))
-        commit = flag_field(document.get("commit"), "commit") is True
         return [
             change(
                 op,
@@ -114,11 +114,11 @@ class MaxwellJson(Format):
         ]
 
 
-def _xoffset(document: Mapping[str, Any]) -> str:
+def _xoffset(document: Mapping[str, Any], commit: bool) -> str:
     xoffset = order_number(document.get("xoffset"), "xoffset")
     if xoffset is not None:
         return padded(xoffset, 10)
-    return padded(LAST_IN_TRANSACTION if flag_field(document.get("commit"), "commit") is True else 0, 10)
+    return padded(LAST_IN_TRANSACTION if commit else 0, 10)
 
 
 def _key_of(message: BronzeMessage) -> list[str] | None:

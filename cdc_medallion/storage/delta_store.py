@@ -171,7 +171,7 @@ class DeltaStore:
             table = f"delta.`{self.path(name)}`"
             self.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
             for column, new in widened:
-                self.spark.sql(f"ALTER TABLE {table} ALTER COLUMN `{column.replace('`', '``')}` TYPE {new}")
+                self.spark.sql(f"ALTER TABLE {table} ALTER COLUMN {quote(column)} TYPE {new}")
         if missing:
             self.add_columns(name, StructType(missing))
         return self.schema(name) if widened or missing else current
@@ -194,7 +194,7 @@ class DeltaStore:
         if needs_column_mapping(fields.fieldNames()) and "delta.columnMapping.mode" not in self.properties(name):
             mapping = ", ".join(f"'{k}' = '{v}'" for k, v in COLUMN_MAPPING.items())
             self.spark.sql(f"ALTER TABLE delta.`{self.path(name)}` SET TBLPROPERTIES ({mapping})")
-        columns = ", ".join(f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in fields)
+        columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
         self.spark.sql(f"ALTER TABLE delta.`{self.path(name)}` ADD COLUMNS ({columns})")
 
     @contextmanager
