@@ -542,3 +542,52 @@ def test_query_functions_get_streaming_dataframes_as_on_databricks(spark, tmp_pa
     assert sorted(r["id"] for r in read_rows(spark, storage, "copied")) == [1, 2]
     assert datasets(storage)["raw"]["rows"] == 2
     del builtins.__dict__["cdc_medallion_seen_streaming"]
+
+
+def test_no_more_queries_run_at_once_than_max_concurrent_flows(spark, tmp_path):
+    """The runner makes room under `max_concurrent_flows` before it starts a query: with a limit
+    of one, no query starts while another is active. A listener asks Spark which queries are
+    active as each one starts (Spark delivers the start event on the query's own thread, before
+    it runs a batch)."""
+    import dataclasses
+
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    from cdc_medallion.adhoc import adhoc_conf
+    from cdc_medallion.pipeline import run_pipeline
+    from tests.conftest import REPO
+
+    class Concurrency(StreamingQueryListener):
+        def __init__(self) -> None:
+            self.started: list[tuple[str | None, list[str]]] = []
+
+        def onQueryStarted(self, event) -> None:
+            others = [q.name for q in spark.streams.active if str(q.id) != str(event.id)]
+            self.started.append((event.name, others))
+
+        def onQueryProgress(self, event) -> None:
+            pass
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            pass
+
+    conf = adhoc_conf(
+        fmt="debezium-json",
+        input_path=REPO / "samples" / "debezium" / "shop.jsonl",
+        storage=tmp_path / "storage",
+        keys=["customers=id", "orders=order_id"],  # two tables' gold: two queries that could overlap
+        columns=[],
+        layout="kafka-dump",
+    )
+    listener = Concurrency()
+    spark.streams.addListener(listener)
+    try:
+        run_pipeline(dataclasses.replace(conf, max_concurrent_flows=1), spark=spark)
+    finally:
+        spark.streams.removeListener(listener)
+    ours = [(name, others) for name, others in listener.started if name and name.startswith(conf.name)]
+    assert len(ours) >= 6, listener.started  # bronze, silver, its two side tables, two tables' gold
+    assert [(name, others) for name, others in ours if others] == [], ours
