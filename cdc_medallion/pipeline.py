@@ -54,7 +54,7 @@ def run_pipeline(
         # Gold's columns must include everything silver has seen (a column added by DDL in this
         # batch), so bronze and silver run first, then gold is declared from silver and runs.
         say(f"landing and parsing {len(conf.sources)} source(s)")
-        summary.updates.append(_update(conf, Discovery(tables=(), unconfigured=()), spark, progress))
+        summary.updates.append(_update(conf, Discovery(tables=(), unconfigured=()), spark, progress, partial=True))
         after = discover(store, conf)
         for table in after.unseen:  # a --key/--columns or conf table the data does not have (yet)
             print(
@@ -82,7 +82,13 @@ def run_pipeline(
 
 
 def _update(
-    conf: PipelineConf, found: Discovery, spark: SparkSession, progress: Progress | None, continuous: bool = False
+    conf: PipelineConf,
+    found: Discovery,
+    spark: SparkSession,
+    progress: Progress | None,
+    continuous: bool = False,
+    partial: bool = False,
 ) -> UpdateResult:
     declared = replace(conf, tables=found.tables)
-    return LocalRunner(declared, spark, progress).update(lock=False, continuous=continuous, raise_failures=False)
+    runner = LocalRunner(declared, spark, progress)
+    return runner.update(lock=False, continuous=continuous, raise_failures=False, partial_graph=partial)

@@ -578,16 +578,99 @@ def test_no_more_queries_run_at_once_than_max_concurrent_flows(spark, tmp_path):
         fmt="debezium-json",
         input_path=REPO / "samples" / "debezium" / "shop.jsonl",
         storage=tmp_path / "storage",
-        keys=["customers=id", "orders=order_id"],  # two tables' gold: two queries that could overlap
+        keys=["customers=id"],
         columns=[],
         layout="kafka-dump",
     )
+    # Two sources: their queries do not read each other, so they could overlap.
+    other = adhoc_conf(
+        fmt="canal-json",
+        input_path=REPO / "samples" / "canal-json" / "crm.jsonl",
+        storage=tmp_path / "storage",
+        keys=[],
+        columns=[],
+    )
+    sources = (conf.sources[0], dataclasses.replace(other.sources[0], name="crm"))
     listener = Concurrency()
     spark.streams.addListener(listener)
     try:
-        run_pipeline(dataclasses.replace(conf, max_concurrent_flows=1), spark=spark)
+        run_pipeline(dataclasses.replace(conf, sources=sources, max_concurrent_flows=1), spark=spark)
     finally:
         spark.streams.removeListener(listener)
     ours = [(name, others) for name, others in listener.started if name and name.startswith(conf.name)]
-    assert len(ours) >= 6, listener.started  # bronze, silver, its two side tables, two tables' gold
+    assert len(ours) >= 6, listener.started  # per source: bronze, silver, the query its readers share
     assert [(name, others) for name, others in ours if others] == [], ours
+
+
+# Three flows reading one stream row by row (through two views and directly): one shared query.
+SHARED_FLOWS = """
+def parity_view(parity):
+    return lambda: dp.read_stream("changes").filter(F.col("id") % 2 == parity)
+
+for parity in PARITIES:
+    dp.temporary_view(name=f"v{parity}")(dp.expect_or_drop("named", "name IS NOT NULL")(parity_view(parity)))
+    dp.create_streaming_table(f"p{parity}")
+    dp.create_auto_cdc_flow(target=f"p{parity}", source=f"v{parity}", keys=["id"], sequence_by="seq",
+                            except_column_list=["op"])
+
+dp.create_streaming_table("copied")
+
+@dp.append_flow(target="copied")
+def copy():
+    return dp.read_stream("raw").select("value")
+"""
+
+
+def _query_names(spark, run) -> list[str]:
+    """The names of the streaming queries `run()` starts."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Names(StreamingQueryListener):
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def onQueryStarted(self, event) -> None:
+            self.names.append(event.name)
+
+        def onQueryProgress(self, event) -> None:
+            pass
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            pass
+
+    listener = Names()
+    spark.streams.addListener(listener)
+    try:
+        run()
+    finally:
+        spark.streams.removeListener(listener)
+    return sorted(name.removeprefix("t.") for name in listener.names)
+
+
+def test_flows_reading_one_stream_share_one_query_and_a_new_one_joins_after_catching_up(spark, tmp_path):
+    """Flows whose query reads one stream row by row share one query over it, whatever their
+    number (gold's tables and the side tables of a source). A flow new to that stream first reads
+    it from its start in a query of its own, then joins; each row is applied once throughout."""
+    runner, storage = make_pipeline(
+        tmp_path, "PARITIES = (0,)\n" + SHARED_FLOWS, [row(1, 1, "ann"), row(2, 2, "bob"), row(3, 3, None)]
+    )
+    assert _query_names(spark, runner.update) == ["raw", "shared__raw"]
+    assert sorted(r["id"] for r in read_rows(spark, storage, "p0")) == [2]
+
+    pipeline = tmp_path / "transformations" / "pipeline.py"  # a second table appears
+    pipeline.write_text(pipeline.read_text(encoding="utf-8").replace("PARITIES = (0,)", "PARITIES = (0, 1)"))
+    append(tmp_path, [row(4, 4, "cy"), row(5, 5, "di")])
+    names = _query_names(spark, runner.update)
+    assert names == ["raw", "shared__raw", "v1__p1"], names  # p1 reads `raw` from its start on its own
+    assert sorted(r["id"] for r in read_rows(spark, storage, "p1")) == [1, 5]  # 3 has no name: dropped
+    members = json.loads((storage / "_checkpoints" / "shared__raw" / "cdc_medallion_members.json").read_text())
+    assert "v1__p1" in members and not (storage / "_checkpoints" / "v1__p1").exists(), members
+
+    append(tmp_path, [row(7, 7, "ed"), row(8, 8, "flo"), row(5, 9, "dio")])
+    assert _query_names(spark, runner.update) == ["raw", "shared__raw"]
+    assert sorted((r["id"], r["name"]) for r in read_rows(spark, storage, "p1")) == [(1, "ann"), (5, "dio"), (7, "ed")]
+    assert sorted(r["id"] for r in read_rows(spark, storage, "p0")) == [2, 4, 8]
+    assert len(read_rows(spark, storage, "copied")) == 8  # every message once

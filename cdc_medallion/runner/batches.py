@@ -61,6 +61,7 @@ class BatchWriter:
     #: When its last batch ended (monotonic): a query's own time ends there, not when the
     #: runner, busy with other queries, gets to collect it.
     last_batch_ended: float | None = None
+    batches: int = 0  # micro-batches its query ran in this update
 
     def __post_init__(self) -> None:
         self.results = [self.runner.flow_result(flow) for flow in self.flows]
@@ -68,13 +69,18 @@ class BatchWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         query = self.app_id.rsplit(":", 1)[0]
         commit_point(f"before batch {batch_id} of {query}")  # its offsets are logged already
+        self.batches += 1
+        self.write(batch, Txn(self.app_id, batch_id))
+        commit_point(f"after batch {batch_id} of {query}")  # written, not yet in the checkpoint
+
+    def write(self, batch: DataFrame, txn: Txn) -> None:
+        """Write one batch of this writer's flows (its own query's, or its share of a shared one)."""
         try:
-            self._write(batch, Txn(self.app_id, batch_id))
+            self._write(batch, txn)
         except BaseException as error:  # kept: Spark wraps what a batch raises into its own error
             self.error = error
             raise
         self.last_batch_ended = time.monotonic()
-        commit_point(f"after batch {batch_id} of {query}")  # written, not yet in the checkpoint
 
     def _write(self, batch: DataFrame, txn: Txn) -> None:
         started = time.monotonic()
@@ -214,6 +220,53 @@ class BatchWriter:
             reports,  # each flow reports the checks of the rows it applied
             {"num_upserted_rows": applied.upserted, "num_deleted_rows": applied.deleted},
         )
+
+
+@dataclass
+class SharedMember:
+    """One member of a shared query (`sharing.py`): its flows' writer, and its query function
+    turned into a function of one micro-batch of the shared stream."""
+
+    name: str  # the name of the query it would have of its own (its checkpoint's)
+    writer: BatchWriter
+    rows: Callable[[DataFrame], DataFrame]
+
+
+@dataclass
+class SharedBatchWriter:
+    """The `foreachBatch` function of a shared query: the batch is read once and cached, and
+    each member writes its own rows of it under its own `Txn` (so a replayed batch skips, member
+    by member, what committed). A member whose rows have nothing in this batch costs one look; a
+    member that fails leaves the query (`on_failure`) and the others go on."""
+
+    query: str
+    members: list[SharedMember]
+    on_failure: Callable[[SharedMember, BaseException], None]
+    error: BaseException | None = None  # a member's failure is its own: the query's stays None
+    last_batch_ended: float | None = None
+    batches: int = 0
+
+    @property
+    def results(self) -> list[FlowResult]:
+        return [result for member in self.members for result in member.writer.results]
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        commit_point(f"before batch {batch_id} of {self.query}")  # its offsets are logged already
+        self.batches += 1
+        cached = batch.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            for member in list(self.members):
+                try:
+                    rows = member.rows(cached)
+                    if not rows.isEmpty():
+                        member.writer.write(rows, Txn(member.writer.app_id, batch_id))
+                except Exception as error:  # its failure is its own: it leaves, the others go on
+                    self.members.remove(member)
+                    self.on_failure(member, error)
+        finally:
+            cached.unpersist()
+        self.last_batch_ended = time.monotonic()
+        commit_point(f"after batch {batch_id} of {self.query}")  # written, not yet in the checkpoint
 
 
 def _by_feed(flows: Sequence[AnyFlow], results: Sequence[FlowResult]) -> list[list[tuple[AutoCdcFlow, FlowResult]]]:

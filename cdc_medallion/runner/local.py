@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -36,10 +37,11 @@ from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow, Dataset,
 from cdc_medallion.declarative.runtime import reading_with
 from cdc_medallion.errors import CdcMedallionError, ConcurrentRunError, FlowFailed, GraphError, first_line
 from cdc_medallion.runner import expectations as exp
-from cdc_medallion.runner.batches import BatchWriter, FlowResult
+from cdc_medallion.runner.batches import BatchWriter, FlowResult, SharedBatchWriter, SharedMember
 from cdc_medallion.runner.event_log import EventLog
 from cdc_medallion.runner.graph import Graph, load_graph
-from cdc_medallion.runner.reader import Inputs, PlanReader
+from cdc_medallion.runner.reader import BatchReader, Inputs, PlanReader
+from cdc_medallion.runner.sharing import Members, row_by_row
 from cdc_medallion.sources.files import FileLanding
 from cdc_medallion.spark import get_spark
 from cdc_medallion.storage.delta_store import DeltaStore
@@ -164,11 +166,22 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 @dataclass
+class _Plan:
+    """A flow's (or one source's auto CDC flows') query, planned: its streaming rows, and what
+    it read to make them."""
+
+    flows: list[AnyFlow]
+    name: str  # of its query when it runs on its own (and of that query's checkpoint)
+    reader: PlanReader
+    rows: DataFrame
+
+
+@dataclass
 class _Running:
     """A started query of an update, until it has caught up."""
 
     handle: StreamingQuery
-    writer: BatchWriter
+    writer: BatchWriter | SharedBatchWriter
     flows: list[AnyFlow]
     checkpoint: _Checkpoint
     inputs: dict[str, Any] | None
@@ -193,17 +206,29 @@ class LocalRunner:
         self.continuous = False
         self._running_queries: list[_Running] = []
         self._failed: dict[str, str] = {}  # dataset -> the failed dataset it is (or reads)
+        self._plans: dict[str, _Plan] = {}  # planned while looking for sharers, kept for their turn
+        self._joining: list[tuple[str, _Plan]] = []  # (stream, plan) run on their own beside a shared query
+        self.partial_graph = False
 
     # --- update -------------------------------------------------------------------------------
     def update(
-        self, full_refresh: bool = False, lock: bool = True, continuous: bool = False, raise_failures: bool = True
+        self,
+        full_refresh: bool = False,
+        lock: bool = True,
+        continuous: bool = False,
+        raise_failures: bool = True,
+        partial_graph: bool = False,
     ) -> UpdateResult:
         """Run every flow once (or, `continuous`, keep every flow running until one fails or the
         process is stopped); `lock=False` when the caller already holds the storage lock.
 
         A flow that fails does not stop the flows that do not read it: they finish, the failure
         and the flows it kept from running are in the event log, and the update then raises one
-        error naming them (or, `raise_failures=False`, leaves it in the result's `error()`)."""
+        error naming them (or, `raise_failures=False`, leaves it in the result's `error()`).
+
+        `partial_graph`: this update's graph lacks flows a later one will have (the run's first
+        update, before gold is declared): the flows that would share a query wait for that one,
+        so that no member of a shared query misses a batch and the first shared query has them all."""
         started = time.monotonic()
         with StorageLock(self.store.root) if lock else nullcontext():
             if full_refresh:
@@ -215,7 +240,8 @@ class LocalRunner:
             self.log = EventLog(self.store, self.conf.name, update_id)
             self.log.emit("create_update", f"update {update_id} started", {"full_refresh": full_refresh})
             self._done, self._flows_run, self.continuous, self._running_queries = set(), set(), continuous, []
-            self._failed = {}
+            self._failed, self._plans, self._joining = {}, {}, []
+            self.partial_graph = partial_graph
             try:
                 with using_conf(self.conf):  # query functions may read the conf while they run
                     for name, dataset in self.graph.datasets.items():
@@ -225,6 +251,7 @@ class LocalRunner:
                         self._await_continuous()
                     else:
                         self._finish(self._running_queries)
+                        self._settle_joins()
             except CdcMedallionError as error:
                 self._stop_queries()
                 self.log.emit("update_progress", str(error), {"update_progress": {"state": "FAILED"}}, level="ERROR")
@@ -269,7 +296,9 @@ class LocalRunner:
                         self._isolated(name, [f.name for f in flows], lambda flows=flows: self._run_query(flows))
         finally:
             self._running.pop()
-            self._done.add(name)  # its query may still run: a reader waits for it (above), others overlap
+            self._done.add(name)  # its query may still run: a reader waits for it, others overlap
+        if self._running and not self.continuous:  # asked by a reader: it reads what this update wrote
+            self._finish([q for q in self._running_queries if any(f.target == name for f in q.flows)])
         if name in self._failed and self._running:
             raise _UpstreamFailed(self._failed[name])  # the query reading it does not run either
 
@@ -319,7 +348,21 @@ class LocalRunner:
 
     # --- streaming flows -----------------------------------------------------------------------
     def _run_query(self, flows: list[AnyFlow]) -> None:
+        """Run `flows` (one append flow, or the auto CDC flows of one source) in a query of their
+        own, or as members of the query shared by every flow reading their stream (`sharing.py`)."""
         self._flows_run.update(f.name for f in flows)
+        plan = self._plans.pop(flows[0].name, None) or self._plan(flows)
+        stream = self._shared_stream(plan)
+        if stream is not None:
+            plans = [plan, *self._sharers(stream)]
+            if len(plans) > 1 or Members(self._shared_folder(stream)).exists():
+                if not self.partial_graph:
+                    self._run_shared(stream, plans)
+                return
+        self._start(plan)
+
+    def _plan(self, flows: list[AnyFlow]) -> _Plan:
+        """Run the query function of `flows` (after what it reads is fresh) for its streaming rows."""
         first = flows[0]
         name = first.source if isinstance(first, AutoCdcFlow) else first.name
         query = "__".join([name, *(f.name for f in flows)]) if isinstance(first, AutoCdcFlow) else name
@@ -328,16 +371,148 @@ class LocalRunner:
             rows = reader.read_stream(first.source) if isinstance(first, AutoCdcFlow) else first.query()
         if not rows.isStreaming:
             raise GraphError(f"flow {first.name} must read a stream (dp.read_stream or a source), it read only tables")
+        return _Plan(flows, query, reader, rows)
+
+    def _shared_stream(self, plan: _Plan) -> str | None:
+        """The Delta stream `plan` reads, if that is all it reads and it reads it row by row."""
+        inputs = plan.reader.inputs
+        if len(inputs.streams) != 1 or inputs.tables or inputs.sources or not row_by_row(plan.rows):
+            return None
+        return inputs.streams[0]
+
+    def _sharers(self, stream: str) -> list[_Plan]:
+        """The other flows not run yet whose query could share the one over `stream`. The plans
+        of those that cannot are kept for their own turn."""
+        found: list[_Plan] = []
+        for flow in list(self.graph.flows.values()):
+            if flow.name in self._flows_run or flow.target in self._running:
+                continue
+            flows = self._together_with(flow)
+            plan = self._plans.get(flows[0].name)
+            if plan is None or [f.name for f in plan.flows] != [f.name for f in flows]:
+                try:
+                    plan = self._plan(flows)
+                except Exception:  # it fails again in its own turn, and is reported there
+                    continue
+            if self._shared_stream(plan) == stream:
+                self._plans.pop(flows[0].name, None)
+                self._flows_run.update(f.name for f in flows)
+                found.append(plan)
+            else:
+                self._plans[flows[0].name] = plan
+        return found
+
+    def _shared_folder(self, stream: str) -> Path:
+        return self.store.checkpoint(f"shared__{stream}")
+
+    def _run_shared(self, stream: str, plans: list[_Plan]) -> None:
+        """One query over `stream` for its members; a flow new to it runs in its own query until
+        it can join (`_settle_joins`)."""
+        folder = self._shared_folder(stream)
+        members = Members(folder)
+        if members.exists():
+            listed = members.names()
+        else:  # a new shared query: the flows that have read nothing yet start in it
+            shutil.rmtree(folder, ignore_errors=True)
+            listed = {p.name for p in plans if not (self.store.checkpoint(p.name) / "offsets").is_dir()}
+        served = [p for p in plans if p.name in listed]
+        members.write({p.name for p in served})  # who left, leaves before the query reads a batch
+        for plan in plans:
+            if plan.name in listed:
+                shutil.rmtree(self.store.checkpoint(plan.name), ignore_errors=True)  # left by a join
+            else:
+                self._start(plan)
+                self._joining.append((stream, plan))
+        checkpoint = _Checkpoint(folder)
+        inputs = self._signature(Inputs(streams=[stream]))
+        if not self.continuous and checkpoint.caught_up_with(inputs):
+            return  # nothing new since it last caught up: not started
+        fresh = not (folder / "offsets").is_dir()
+        shared_members = []
+        for plan in served:
+            first = plan.flows[0]
+            if not isinstance(first, AutoCdcFlow):
+                self._ensure_target(first, plan.rows, plan.reader.inputs)
+            view = plan.reader.inputs.checked_view
+            writer = BatchWriter(
+                self,
+                plan.flows,
+                f"{plan.name}:{checkpoint.app_id}",
+                view,
+                fresh and view is not None and self.store.exists(f"{view.name}_quarantine"),
+            )
+            shared_members.append(SharedMember(plan.name, writer, self._batch_rows(stream, plan.flows)))
+        name = f"shared__{stream}"
+        writer = SharedBatchWriter(name, shared_members, lambda member: None)
+        writer.on_failure = lambda member, error: self._member_failed(members, member, error)
+        rows = self.store.read_stream(stream, self.stream_options())
+        flows = [f for plan in served for f in plan.flows]
+        try:
+            self._launch(name, rows, writer, checkpoint, flows, inputs)
+        except Exception as error:  # every member fails with it, not only the one that asked
+            for plan in served:
+                self._record_failure(
+                    plan.flows[0].target, [f.name for f in plan.flows], as_flow_error([f.name for f in flows], error)
+                )
+
+    def _batch_rows(self, stream: str, flows: list[AnyFlow]) -> Callable[[DataFrame], DataFrame]:
+        """A member's query function, as a function of one micro-batch of the shared stream."""
+        first = flows[0]
+
+        def rows(batch: DataFrame) -> DataFrame:
+            reader = BatchReader(self, stream, batch)
+            with using_conf(self.conf), reading_with(reader):  # a batch runs in a thread of its own
+                return reader.read_stream(first.source) if isinstance(first, AutoCdcFlow) else first.query()
+
+        return rows
+
+    def _member_failed(self, members: Members, member: SharedMember, error: BaseException) -> None:
+        """A member of a shared query failed a batch: it leaves before the batch commits (it
+        reads the stream again in its own query next time) and its failure is recorded."""
+        members.remove(member.name)
+        flows = list(member.writer.flows)
+        failure = as_flow_error([f.name for f in flows], member.writer.error or error)
+        for target in sorted({f.target for f in flows}):
+            self._record_failure(target, [f.name for f in flows if f.target == target], failure)
+
+    def _settle_joins(self) -> None:
+        """Flows that ran in their own query beside a shared one join it once both caught up with
+        the same version of the stream (their checkpoint then goes)."""
+        for stream, plan in self._joining:
+            if any(f.name in self.result.failures for f in plan.flows):
+                continue
+            inputs = self._signature(Inputs(streams=[stream]))
+            shared, own = _Checkpoint(self._shared_folder(stream)), _Checkpoint(self.store.checkpoint(plan.name))
+            members = Members(shared.folder)
+            if members.exists() and shared.caught_up_with(inputs) and own.caught_up_with(inputs):
+                members.write(members.names() | {plan.name})
+                shutil.rmtree(own.folder, ignore_errors=True)
+        self._joining = []
+
+    def _start(self, plan: _Plan) -> None:
+        """Start `plan` as a query of its own (unless it has nothing new)."""
+        first, reader = plan.flows[0], plan.reader
         if not isinstance(first, AutoCdcFlow):
-            self._ensure_target(first, rows, reader.inputs)
-        checkpoint = _Checkpoint(self.store.checkpoint(query))
+            self._ensure_target(first, plan.rows, reader.inputs)
+        checkpoint = _Checkpoint(self.store.checkpoint(plan.name))
         inputs = self._signature(reader.inputs)
         if not self.continuous and inputs is not None and checkpoint.caught_up_with(inputs):
             return  # nothing new since it last caught up: not started
         view = reader.inputs.checked_view
         fresh = not (checkpoint.folder / "offsets").is_dir()  # a new query, maybe over a view read before
         fresh = fresh and view is not None and self.store.exists(f"{view.name}_quarantine")
-        writer = BatchWriter(self, flows, f"{query}:{checkpoint.app_id}", view, fresh)
+        writer = BatchWriter(self, plan.flows, f"{plan.name}:{checkpoint.app_id}", view, fresh)
+        self._launch(plan.name, plan.rows, writer, checkpoint, plan.flows, inputs)
+
+    def _launch(
+        self,
+        name: str,
+        rows: DataFrame,
+        writer: BatchWriter | SharedBatchWriter,
+        checkpoint: _Checkpoint,
+        flows: list[AnyFlow],
+        inputs: dict[str, Any] | None,
+    ) -> None:
         if not self.continuous:  # at most `max_concurrent_flows` at once: make room before starting
             active = [q for q in self._running_queries if q.handle.isActive]
             excess = len(active) - self.conf.max_concurrent_flows + 1
@@ -345,13 +520,13 @@ class LocalRunner:
                 self._finish(active[:excess])
         started = time.monotonic()
         stream = rows.writeStream.foreachBatch(writer).option("checkpointLocation", str(checkpoint.folder))
-        stream = stream.queryName(f"{self.conf.name}.{query}"[:200])
+        stream = stream.queryName(f"{self.conf.name}.{name}"[:200])
         trigger = {"processingTime": CONTINUOUS_INTERVAL} if self.continuous else {"availableNow": True}
         try:
             handle = stream.trigger(**trigger).start()
         except AnalysisException as error:  # what Spark refuses in a stream, e.g. a sort
-            raise GraphError(f"flow {first.name} cannot run as a stream: {first_line(error)}") from None
-        self._running_queries.append(_Running(handle, writer, flows, checkpoint, inputs, query, started))
+            raise GraphError(f"flow {flows[0].name} cannot run as a stream: {first_line(error)}") from None
+        self._running_queries.append(_Running(handle, writer, flows, checkpoint, inputs, name, started))
 
     def _finish(self, queries: list[_Running]) -> None:
         """Wait for `queries` to catch up; record what each read, or that it failed (its
@@ -372,10 +547,10 @@ class LocalRunner:
                 result.seconds += wall / len(query.writer.results)
             if query.inputs is not None:
                 query.checkpoint.record(query.inputs)
-            if not any(r.batches for r in query.writer.results):
+            if not query.writer.batches:
                 self.progress(f"  {query.name:<40} nothing new ({time.monotonic() - query.started:.1f}s)")
 
-    def _failure(self, writer: BatchWriter, flows: list[AnyFlow], error: Any) -> CdcMedallionError:
+    def _failure(self, writer: BatchWriter | SharedBatchWriter, flows: list[AnyFlow], error: Any) -> CdcMedallionError:
         """What a failed query raises: our own error as raised in its batch, or one naming it."""
         return as_flow_error([f.name for f in flows], writer.error if writer.error is not None else error)
 

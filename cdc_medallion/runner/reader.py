@@ -94,3 +94,26 @@ class PlanReader:
             )
         self.inputs.checked_view = dataset
         return exp.mark(rows, dataset.expectations, dataset.name)
+
+
+class BatchReader:
+    """The reader installed while a member of a shared query (`sharing.py`) builds its rows from
+    one micro-batch: the shared stream is that batch; a view is inlined and marked as in a plan."""
+
+    def __init__(self, runner: LocalRunner, stream: str, batch: DataFrame) -> None:
+        self.runner = runner
+        self.stream = stream
+        self.batch = batch
+
+    def read_stream(self, name: str) -> DataFrame:
+        if name == self.stream:
+            return self.batch
+        dataset = self.runner.graph.dataset(name)
+        if not dataset.is_view:
+            raise GraphError(f"a flow sharing the query over {self.stream} read {name} as well")
+        assert dataset.query is not None
+        rows = dataset.query()
+        return exp.mark(rows, dataset.expectations, dataset.name) if dataset.expectations else rows
+
+    def read(self, name: str) -> DataFrame:
+        raise GraphError(f"a flow sharing the query over {self.stream} read table {name} as well")

@@ -1,0 +1,87 @@
+"""Which flows share one streaming query, and who the members of a shared query are.
+
+A streaming query has a fixed cost (its start, its checkpoint, a few jobs per batch) whatever
+it reads. Gold has a table per source table, each fed by a view over its source's silver, and
+the side tables (schema changes, heartbeats) read the same silver: one query per reader made an
+update's cost follow the tables that exist. So the flows whose query reads exactly one Delta
+stream, row by row (no state, no join, no other input), share one query over that stream: each
+micro-batch is read once and each member's query function runs on it as a batch. Flows that
+keep state, read tables or read several inputs run in queries of their own, as before.
+
+A member of a shared query sees only the batches read since it joined. So a flow that is new
+to a stream whose shared query already ran runs in a query of its own first (reading the stream
+from its start, as any new flow); it joins at the end of an update in which both caught up with
+the same version of the stream. A member whose batch fails leaves at once (the file records it
+before the batch commits): it reads the stream again from the start in its own query next time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pyspark.sql import DataFrame
+
+#: Logical plan operators that act on each row alone: a query built only of these gives the same
+#: rows whether it runs on a stream or on each of its micro-batches.
+ROW_BY_ROW_OPERATORS = frozenset(
+    {
+        "Project",
+        "Filter",
+        "SubqueryAlias",
+        "Generate",
+        "MapInArrow",
+        "PythonMapInArrow",
+        "MapInPandas",
+        "MapPartitionsInR",
+        "SerializeFromObject",
+        "DeserializeToObject",
+        "StreamingRelationV2",
+        "StreamingRelation",
+        "StreamingExecutionRelation",
+    }
+)
+MEMBERS_FILE = "cdc_medallion_members.json"
+
+
+def operators(rows: DataFrame) -> set[str]:
+    """The names of the operators in `rows`' analyzed logical plan."""
+    names: set[str] = set()
+    pending = [rows._jdf.queryExecution().analyzed()]
+    while pending:
+        node = pending.pop()
+        names.add(str(node.nodeName()))
+        children = node.children()
+        pending.extend(children.apply(i) for i in range(children.size()))
+    return names
+
+
+def row_by_row(rows: DataFrame) -> bool:
+    return operators(rows) <= ROW_BY_ROW_OPERATORS
+
+
+class Members:
+    """The members of one shared query, in a file beside its checkpoint (written atomically, so
+    a crash leaves the old list or the new one)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / MEMBERS_FILE
+
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def names(self) -> set[str]:
+        try:
+            return set(json.loads(self.path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            return set()
+
+    def write(self, names: set[str]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".tmp")
+        partial.write_text(json.dumps(sorted(names)), encoding="utf-8")
+        os.replace(partial, self.path)
+
+    def remove(self, name: str) -> None:
+        self.write(self.names() - {name})
