@@ -520,6 +520,7 @@ def _source(kafka: dict, topic: str | None = None) -> SourceConf:
 
 
 CONF = {
+    "cred": "msk-reader",
     "cdc_medallion.kafka.bootstrap_servers": "b1:9096,b2:9096",
     "cdc_medallion.secret_scope": "kafka-prod",
     "cdc_medallion.kafka.topics.shop": "shop\\.public\\..*",
@@ -582,9 +583,52 @@ def test_kafka_options_plain_unshaded_msk_iam_and_topic_default():
     assert "kafka.sasl.client.callback.handler.class" in iam
 
 
+def test_msk_iam_through_a_unity_catalog_service_credential():
+    """`service_credential` becomes `databricks.serviceCredential`, with no SASL options at all."""
+    options = _options(
+        {
+            "bootstrap_servers": "b-1.msk:9098",
+            "subscribe_pattern": "{{conf:cdc_medallion.kafka.topics.shop}}",
+            "service_credential": "msk-reader",
+            "options": {"databricks.serviceCredential.scope": "https://msk.example/.default"},
+        }
+    )
+    assert options == {
+        "kafka.bootstrap.servers": "b-1.msk:9098",
+        "subscribePattern": "shop\\.public\\..*",
+        "startingOffsets": "earliest",
+        "includeHeaders": "true",
+        "databricks.serviceCredential": "msk-reader",
+        "databricks.serviceCredential.scope": "https://msk.example/.default",
+    }
+    referenced = _options(
+        {"bootstrap_servers": "b", "subscribe": "t", "service_credential": "{{conf:cred}}"}, topic=None
+    )
+    assert referenced["databricks.serviceCredential"] == "msk-reader"  # a {{conf:}} reference, resolved
+
+
 @pytest.mark.parametrize(
     ("kafka", "message"),
     [
+        (
+            {
+                "bootstrap_servers": "b",
+                "subscribe": "t",
+                "service_credential": "c",
+                "sasl": {"mechanism": "AWS_MSK_IAM"},
+            },
+            "either service_credential or sasl",
+        ),
+        (
+            {"bootstrap_servers": "b", "subscribe": "t", "service_credential": "c", "security_protocol": "SASL_SSL"},
+            "either service_credential",
+        ),
+        ({"bootstrap_servers": "b", "subscribe": "t", "service_credential": ""}, "service credential"),
+        ({"bootstrap_servers": "b", "subscribe": "t", "service_credential": {"secret": "x"}}, "service credential"),
+        (
+            {"bootstrap_servers": "b", "subscribe": "t", "options": {"databricks.serviceCredential": "c"}},
+            "use kafka.service_credential",
+        ),
         (
             {
                 "bootstrap_servers": "b",
