@@ -199,11 +199,27 @@ def test_databricks_conf_loads_and_lists_tables_with_keys_and_columns():
     assert conf.sources and all(s.kafka and s.input is None for s in conf.sources)
     assert conf.tables and all(t.keys and t.columns for t in conf.tables), "Databricks has no discovery"
     assert {t.source for t in conf.tables} == {s.name for s in conf.sources}
-    # A format that reads its own earlier silver output cannot run as a Lakeflow streaming table yet.
-    assert not [s.format for s in conf.sources if get_format(s.format).stateful]
+    # One source of each seed format; the stateful ones parse through applyInPandasWithState there too.
+    assert {s.format for s in conf.sources} == SEED_FORMATS
+    assert {s.format for s in conf.sources if get_format(s.format).stateful} == {
+        "qlik-json",
+        "dataworks-json",
+        "ibm-qrep-delimited",
+    }
     topics = set(merged_bundle()["resources"]["pipelines"]["cdc_medallion"]["configuration"])
     for source in conf.sources:
         assert f"cdc_medallion.kafka.topics.{source.name}" in topics
+
+
+SEED_FORMATS = {
+    "debezium-json",
+    "qlik-json",
+    "dataworks-json",
+    "ibm-qrep-delimited",
+    "dts-avro",
+    "shareplex-json",
+    "canal-json",
+}
 
 
 # --- no secret in any YAML -------------------------------------------------------------------
