@@ -17,10 +17,13 @@ import sys
 def main(confs: list[str]) -> int:
     from pyspark.sql import SparkSession
 
-    # What the pipeline's driver imports to declare the graph (transformations/*.py).
+    # What the pipeline's driver imports to declare the graph (transformations/*.py), and what the
+    # report job runs (`cdc-medallion report --event-log-table`), with the same environment.
+    import cdc_medallion.cli
     import cdc_medallion.layers.bronze
     import cdc_medallion.layers.gold
-    import cdc_medallion.layers.silver  # noqa: F401
+    import cdc_medallion.layers.silver
+    import cdc_medallion.quality.report  # noqa: F401
     from cdc_medallion.config import load_conf
     from cdc_medallion.formats import get_format
     from cdc_medallion.model import BRONZE_SCHEMA
