@@ -142,6 +142,7 @@ def _dataset(recorder: Recorder, api: str, query_function: Any, options: dict[st
     def register(obj: Any) -> Defined:
         func, expectations = _unwrap(obj, f"@{api}")
         name = options.get("name") or func.__name__
+        # [PY-REF] a dataset name is unique in a pipeline.
         _require(name not in recorder.datasets, f"dataset {name!r} is defined twice")
         recorded = Recorded(api, name, {k: v for k, v in options.items() if k != "name"}, func, list(expectations))
         recorder.datasets[name] = recorded
@@ -196,6 +197,7 @@ def _expectation_dicts(kind: str) -> Callable[..., Any]:
 
 def _streaming_table(recorder: Recorder, options: dict[str, Any]) -> None:
     _check_common(options)
+    # [STUBS] create_streaming_table(name: str, ...); [PY-REF] a dataset name is unique in a pipeline.
     _require(isinstance(options["name"], str), "create_streaming_table: name must be str")
     name = options.pop("name")
     _require(name not in recorder.datasets, f"dataset {name!r} is defined twice")
@@ -223,6 +225,7 @@ def _append_flow(recorder: Recorder, options: dict[str, Any]) -> Callable[[Any],
         _require(not isinstance(obj, Expected), "@append_flow: expectations belong to the target dataset")
         func, _ = _unwrap(obj, "@append_flow")
         name = options.get("name") or func.__name__
+        # [PY-REF] a flow name is unique in a pipeline.
         _require(name not in recorder.flows, f"flow {name!r} is defined twice")
         recorder.flows[name] = Recorded("append_flow", name, {k: v for k, v in options.items() if k != "name"}, func)
         return Defined("append_flow", name)
@@ -236,6 +239,7 @@ def _auto_cdc(recorder: Recorder, api: str, options: dict[str, Any], name_key: s
     _require(
         isinstance(keys, list) and keys and all(isinstance(k, str | Column) for k in keys), "keys: a non-empty list"
     )
+    # [STUBS] / [CDC-REF] parameter types: target, source str; sequence_by str or Column (struct()).
     for key in ("target", "source"):
         _require(isinstance(options[key], str), f"{key} must be str")
     _require(isinstance(options["sequence_by"], str | Column), "sequence_by must be str or Column")
@@ -259,6 +263,7 @@ def _auto_cdc(recorder: Recorder, api: str, options: dict[str, Any], name_key: s
     else:
         # [CDC-REF] APPLY AS TRUNCATE WHEN: SCD type 1 only.
         _require(options["apply_as_truncates"] is None, "apply_as_truncates is supported for SCD type 1 only")
+    # [STUBS] ignore_null_updates: Optional[bool]; once: bool; flow_name / name: Optional[str].
     _require(
         isinstance(options["ignore_null_updates"] or False, bool),
         f"ignore_null_updates must be bool, got {options['ignore_null_updates']!r}",
@@ -266,7 +271,7 @@ def _auto_cdc(recorder: Recorder, api: str, options: dict[str, Any], name_key: s
     _require(isinstance(options["once"], bool), f"once must be bool, got {options['once']!r}")
     name = options.pop(name_key) or options["target"]
     _require(name is None or isinstance(name, str), f"{name_key} must be str")
-    _require(name not in recorder.flows, f"flow {name!r} is defined twice")
+    _require(name not in recorder.flows, f"flow {name!r} is defined twice")  # [PY-REF] unique flow names
     recorder.flows[name] = Recorded(api, name, options)
 
 
