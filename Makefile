@@ -56,4 +56,4 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 clean:
-	rm -rf .data build *.egg-info
+	rm -rf .data build dist *.egg-info

@@ -75,6 +75,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     ingest.add_argument("--full-refresh", action="store_true")
     ingest.add_argument("--quiet", action="store_true")
+    discover = commands.add_parser(
+        "discover", help="list the tables of sample messages (key, columns, types) in a conf's tables section"
+    )
+    discover.add_argument("--format", required=True, dest="fmt")
+    discover.add_argument("--input", required=True, help="sample messages: a file or a directory of files")
+    discover.add_argument("--conf", help="merge into this conf's tables (default: print the section)")
+    discover.add_argument("--source", help="the conf's source they belong to (default: the one of --format)")
+    discover.add_argument("--layout", choices=["json-lines", "kafka-dump", "files"], help="default: detected")
+    discover.add_argument("--topic", help="topic name for json-lines input (some formats take the table from it)")
+    discover.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", help="format option")
     generate = commands.add_parser("generate", help="write a simulated database history in every format")
     generate.add_argument("--formats", default="all", help="comma-separated format names, or 'all'")
     generate.add_argument("--out", required=True)
@@ -93,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             "show": _show,
             "ingest": _ingest,
             "report": _report,
+            "discover": _discover,
             "generate": _generate,
         }
         return commands[args.command](args)
@@ -188,6 +199,33 @@ def _ingest(args: argparse.Namespace) -> int:
     )
     summary = run_pipeline(conf, full_refresh=args.full_refresh, progress=_progress(args))
     _print_summary(conf.storage, summary)
+    return 0
+
+
+def _discover(args: argparse.Namespace) -> int:
+    from cdc_medallion.config import load_conf
+    from cdc_medallion.spark import get_spark
+    from cdc_medallion.tables_conf import discover_tables, merge_into, named_apart, render, sample_source
+
+    options = {}
+    for option in args.option:
+        name, sep, value = option.partition("=")
+        if not sep:
+            raise ConfigError(f"--option {option!r}: expected NAME=VALUE")
+        options[name] = value
+    conf_path = Path(args.conf) if args.conf else None
+    conf = load_conf(conf_path) if conf_path else None
+    source = sample_source(args.fmt, Path(args.input), conf, args.source, args.layout, args.topic, options)
+    entries = discover_tables(get_spark("cdc-medallion-discover"), source)
+    if conf_path is None:
+        print("tables:\n" + render(named_apart(entries, ())), end="")
+        return 0
+    added, listed = merge_into(conf_path, entries)
+    print(f"{conf_path}: {len(added)} table(s) added to source {source.name!r}, {len(listed)} already listed")
+    for entry in added:
+        guesses = ["key"] if entry.guessed_key else []
+        guesses += [f"type of {c}" for c in sorted(entry.guessed_types)]
+        print(f"  + {entry.table}" + (f"  (guessed: {', '.join(guesses)})" if guesses else ""))
     return 0
 
 

@@ -24,6 +24,8 @@ from cdc_medallion.layers import silver_name
 from cdc_medallion.model import KIND_CHANGE, KIND_KEY
 from cdc_medallion.storage.delta_store import STATE_DIR, DeltaStore
 
+Columns = dict[tuple[str | None, str], dict[str, tuple[str | None, int]]]
+Keys = dict[tuple[str | None, str], tuple[str, ...]]
 _SCANNED = ["kind", "source_schema", "source_db", "source_table", "key_columns", "column_types", "before", "after"]
 
 
@@ -73,8 +75,8 @@ class _SourceScan:
     table_id: str | None = None
     version: int | None = None
     batch: int = -1
-    columns: dict[tuple[str | None, str], dict[str, tuple[str | None, int]]] = field(default_factory=dict)
-    keys: dict[tuple[str | None, str], tuple[str, ...]] = field(default_factory=dict)
+    columns: Columns = field(default_factory=dict)
+    keys: Keys = field(default_factory=dict)
 
     @classmethod
     def load(cls, store: DeltaStore, source: str, silver: str) -> _SourceScan:
@@ -131,34 +133,7 @@ class _SourceScan:
         return self.save()
 
     def _scan(self, silver: DataFrame) -> None:
-        events = silver.filter(F.col("kind").isin(KIND_CHANGE, KIND_KEY) & F.col("source_table").isNotNull()).select(
-            F.coalesce("source_schema", "source_db").alias("schema"),
-            "source_table",
-            "key_columns",
-            "column_types",
-            F.coalesce("after", "before").alias("image"),
-        )
-        columns = (
-            events.select(
-                "schema", "source_table", "column_types", F.posexplode(F.map_keys("image")).alias("pos", "column")
-            )
-            .select("schema", "source_table", "column", "pos", F.col("column_types")[F.col("column")].alias("type"))
-            .groupBy("schema", "source_table", "column", "type")
-            .agg(F.min("pos").alias("pos"))
-            .collect()
-        )
-        keys = (
-            events.filter(F.col("key_columns").isNotNull() & (F.size("key_columns") > 0))
-            .groupBy("schema", "source_table")
-            .agg(F.first("key_columns").alias("keys"))
-            .collect()
-        )
-        for row in sorted(columns, key=lambda r: (r["schema"] or "", r["source_table"], r["pos"], r["column"])):
-            known = self.columns.setdefault((row["schema"], row["source_table"]), {})
-            old_type, old_pos = known.get(row["column"], (None, row["pos"]))
-            known[row["column"]] = (widen(old_type, row["type"]), min(old_pos, row["pos"]))
-        for row in keys:
-            self.keys.setdefault((row["schema"], row["source_table"]), tuple(row["keys"]))
+        fold_events(silver, self.columns, self.keys)
 
     def save(self) -> _SourceScan:
         saved = {
@@ -186,13 +161,57 @@ class _SourceScan:
         return sorted(set(self.columns) | set(self.keys), key=lambda i: (i[0] or "", i[1]))
 
     def tables(self) -> list[SeenTable]:
-        found = []
-        for ident in self._idents():
-            columns = sorted(self.columns.get(ident, {}).items(), key=lambda item: item[1][1])
-            found.append(
-                SeenTable(self.source, ident[0], ident[1], {c: t for c, (t, _) in columns}, self.keys.get(ident, ()))
-            )
-        return found
+        return seen_in(self.source, self.columns, self.keys)
+
+
+def fold_events(silver: DataFrame, columns: Columns, keys: Keys) -> None:
+    """Fold silver events into what is known per (schema, table): each column's widest type and
+    first position, and the key the messages name (the first one seen wins)."""
+    events = silver.filter(F.col("kind").isin(KIND_CHANGE, KIND_KEY) & F.col("source_table").isNotNull()).select(
+        F.coalesce("source_schema", "source_db").alias("schema"),
+        "source_table",
+        "key_columns",
+        "column_types",
+        F.coalesce("after", "before").alias("image"),
+    )
+    found = (
+        events.select(
+            "schema", "source_table", "column_types", F.posexplode(F.map_keys("image")).alias("pos", "column")
+        )
+        .select("schema", "source_table", "column", "pos", F.col("column_types")[F.col("column")].alias("type"))
+        .groupBy("schema", "source_table", "column", "type")
+        .agg(F.min("pos").alias("pos"))
+        .collect()
+    )
+    named = (
+        events.filter(F.col("key_columns").isNotNull() & (F.size("key_columns") > 0))
+        .groupBy("schema", "source_table")
+        .agg(F.first("key_columns").alias("keys"))
+        .collect()
+    )
+    for row in sorted(found, key=lambda r: (r["schema"] or "", r["source_table"], r["pos"], r["column"])):
+        known = columns.setdefault((row["schema"], row["source_table"]), {})
+        old_type, old_pos = known.get(row["column"], (None, row["pos"]))
+        known[row["column"]] = (widen(old_type, row["type"]), min(old_pos, row["pos"]))
+    for row in named:
+        keys.setdefault((row["schema"], row["source_table"]), tuple(row["keys"]))
+
+
+def seen_in(source: str, columns: Columns, keys: Keys) -> list[SeenTable]:
+    """Every (schema, table) folded in, in a stable order (gold is declared in this order)."""
+    found = []
+    for ident in sorted(set(columns) | set(keys), key=lambda i: (i[0] or "", i[1])):
+        ordered = sorted(columns.get(ident, {}).items(), key=lambda item: item[1][1])
+        found.append(SeenTable(source, ident[0], ident[1], {c: t for c, (t, _) in ordered}, keys.get(ident, ())))
+    return found
+
+
+def tables_in(silver: DataFrame, source: str) -> list[SeenTable]:
+    """The tables a set of silver events shows, scanned once (`cdc-medallion discover`)."""
+    columns: Columns = {}
+    keys: Keys = {}
+    fold_events(silver, columns, keys)
+    return seen_in(source, columns, keys)
 
 
 def _table_id(store: DeltaStore, name: str) -> str:

@@ -1,8 +1,10 @@
 """Job task (pipelines/cdc_medallion.job.yml): the quality report of the pipeline's event log.
 
 Runs `cdc-medallion report --event-log-table <catalog.schema.table> --tables-schema <catalog.schema>
---output <dir>` (the arguments come from the job) with the deployed bundle root on sys.path, so the
-job needs no wheel. The report itself is `cdc_medallion.quality.report`, behind the CLI's `report`.
+--output <dir>` (the arguments come from the job). The task's environment installs the project's
+wheel (databricks.yml `artifacts`); the deployed bundle root also goes first on sys.path, so the
+report matches the deployed files. The report itself is `cdc_medallion.quality.report`, behind
+the CLI's `report`.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -121,11 +122,8 @@ def test_pipeline_resource():
     assert pipeline["catalog"] == "${var.catalog}" and pipeline["schema"] == "${var.schema}"
     assert pipeline["serverless"] is True and pipeline["continuous"] is False
     assert pipeline["channel"] in ("CURRENT", "PREVIEW") and "photon" in pipeline
-    deps = pipeline["environment"]["dependencies"]
-    pinned = {d.split("==")[0] for d in deps}
-    assert {"pyyaml", "fastavro"} <= pinned and all("==" in d for d in deps)
-    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
-    assert all(f'"{d}"' in pyproject for d in deps), "environment pins must match pyproject.toml"
+    # The pipeline installs the project's wheel (with its core dependencies), nothing else.
+    assert pipeline["environment"]["dependencies"] == [WHEEL_FROM_PIPELINES]
     assert pipeline["configuration"]["cdc_medallion.conf"] == "${workspace.file_path}/conf/databricks.yml"
     log = pipeline["event_log"]
     job = bundle["resources"]["jobs"]["cdc_medallion_update"]
@@ -137,6 +135,33 @@ def test_pipeline_resource():
     assert table == f"{log['catalog']}.{log['schema']}.{log['name']}"
     script = REPO / "pipelines" / report["spark_python_task"]["python_file"]
     assert script.is_file()
+    (environment,) = [e for e in job["environments"] if e["environment_key"] == report["environment_key"]]
+    assert environment["spec"]["dependencies"] == [WHEEL_FROM_PIPELINES]
+
+
+# pipelines/*.yml name the wheel relative to themselves; the artifact builds it under dist/.
+WHEEL_FROM_PIPELINES = "../dist/*.whl"
+
+
+def test_bundle_builds_the_project_wheel():
+    """`artifacts` builds this project's wheel where the environments look for it, with pip alone."""
+    (artifact,) = merged_bundle()["artifacts"].values()
+    assert artifact["type"] == "whl" and artifact["path"] == "."
+    assert artifact["build"].split()[:3] == ["python3", "-m", "pip"] and "--no-deps" in artifact["build"]
+    build = artifact["build"].split()
+    assert build[build.index("--wheel-dir") + 1] == "dist"
+    (built,) = artifact["files"]
+    wheel_glob = (REPO / "pipelines" / WHEEL_FROM_PIPELINES).resolve().relative_to(REPO)
+    assert built["source"].removeprefix("./").startswith("dist/cdc_medallion-") and str(wheel_glob) == "dist/*.whl"
+    with (REPO / "pyproject.toml").open("rb") as file:
+        project = tomllib.load(file)["project"]
+    assert project["name"] == "cdc-medallion"  # the wheel's file name: cdc_medallion-<version>-...
+    # The core is exactly pinned and holds none of the runtime's packages, which it would replace.
+    core = project["dependencies"]
+    assert core and all("==" in d for d in core)
+    runtime = {d.split("==")[0] for d in project["optional-dependencies"]["spark"]}
+    assert runtime == {"pyspark", "pyarrow", "pandas", "numpy"}
+    assert not runtime & {d.split("==")[0] for d in core}
 
 
 def test_libraries_reach_transformations():
@@ -174,11 +199,27 @@ def test_databricks_conf_loads_and_lists_tables_with_keys_and_columns():
     assert conf.sources and all(s.kafka and s.input is None for s in conf.sources)
     assert conf.tables and all(t.keys and t.columns for t in conf.tables), "Databricks has no discovery"
     assert {t.source for t in conf.tables} == {s.name for s in conf.sources}
-    # A format that reads its own earlier silver output cannot run as a Lakeflow streaming table yet.
-    assert not [s.format for s in conf.sources if get_format(s.format).stateful]
+    # One source of each seed format; the stateful ones parse through applyInPandasWithState there too.
+    assert {s.format for s in conf.sources} == SEED_FORMATS
+    assert {s.format for s in conf.sources if get_format(s.format).stateful} == {
+        "qlik-json",
+        "dataworks-json",
+        "ibm-qrep-delimited",
+    }
     topics = set(merged_bundle()["resources"]["pipelines"]["cdc_medallion"]["configuration"])
     for source in conf.sources:
         assert f"cdc_medallion.kafka.topics.{source.name}" in topics
+
+
+SEED_FORMATS = {
+    "debezium-json",
+    "qlik-json",
+    "dataworks-json",
+    "ibm-qrep-delimited",
+    "dts-avro",
+    "shareplex-json",
+    "canal-json",
+}
 
 
 # --- no secret in any YAML -------------------------------------------------------------------

@@ -1,12 +1,11 @@
 """On Databricks the facade hands Lakeflow the same graph the local runner runs.
 
-`pyspark.pipelines` (Databricks' module) and `dlt` are replaced by recording stand-ins: real
-module objects whose functions have the documented signatures (keyword names and defaults, from
-the Databricks Python reference and the `databricks-dlt` 0.3.0 stubs), check argument types, refuse
-unknown keywords, duplicate names and expectation decorators placed above a dataset decorator, and
-record every call. `transformations/` is then executed as Lakeflow does — each file run with no
-local registry active and the conf path in the Spark conf key `cdc_medallion.conf` — and the
-recorded graph, read back (the quarantine pattern folded into the dataset it implements), must
+`pyspark.pipelines` (Databricks' module) and `dlt` are replaced by the recording stand-ins of
+`tests/databricks_standins.py`, as strict as the runtime (each rule names its source there): every
+decorator returns a new object and only that object carries what was declared.
+`transformations/` is then executed as Lakeflow does — each file run with no local registry
+active and the conf path in the Spark conf key `cdc_medallion.conf` — and the recorded graph, read
+back (the quarantine pattern and the SCD2 truncate view folded into what they implement), must
 equal `load_graph(conf)` for the same conf.
 """
 
@@ -19,14 +18,11 @@ import re
 import runpy
 import sys
 import types
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from pyspark.sql import Column
 from pyspark.sql.types import StructType
 
 from cdc_medallion import dp
@@ -40,357 +36,9 @@ from cdc_medallion.model import BRONZE_SCHEMA, EVENT_SCHEMA
 from cdc_medallion.quality.rules import load_rules
 from cdc_medallion.runner.graph import Graph, load_graph, transformation_files
 from cdc_medallion.sources.kafka import kafka_options, parse_kafka, to_bronze
+from tests.databricks_standins import STANDINS, Recorder, pipelines_standin
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-# --- the recording stand-ins -----------------------------------------------------------------
-@dataclass
-class Recorded:
-    """One call of a dataset function, flow function or create_streaming_table."""
-
-    api: str  # the API function called: table, materialized_view, temporary_view, view, ...
-    name: str
-    options: dict[str, Any]
-    query: Callable[..., Any] | None = None
-    expectations: list[tuple[str, str, str]] = field(default_factory=list)  # (decorator, name, constraint)
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.datasets: dict[str, Recorded] = {}
-        self.flows: dict[str, Recorded] = {}
-
-
-_EXPECTATIONS = "_standin_expectations"
-_REGISTERED = "_standin_registered"
-
-
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise TypeError(message)
-
-
-def _str_dict(value: Any, what: str) -> None:
-    _require(
-        value is None
-        or (isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())),
-        f"{what} must be a dict of str to str, got {value!r}",
-    )
-
-
-def _str_list(value: Any, what: str) -> None:
-    _require(
-        value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value)),
-        f"{what} must be a list of str, got {value!r}",
-    )
-
-
-def _check_common(options: dict[str, Any]) -> None:
-    _require(options.get("name") is None or isinstance(options["name"], str), "name must be str")
-    _require(options.get("comment") is None or isinstance(options["comment"], str), "comment must be str")
-    for key in ("spark_conf", "table_properties"):
-        _str_dict(options.get(key), key)
-    for key in ("partition_cols", "cluster_by"):
-        _str_list(options.get(key), key)
-    schema = options.get("schema")
-    _require(
-        schema is None or isinstance(schema, StructType | str), f"schema must be StructType or str, got {schema!r}"
-    )
-    for key in ("private", "temporary", "cluster_by_auto", "once"):
-        _require(isinstance(options.get(key, False), bool), f"{key} must be bool")
-
-
-def _query_function(func: Any, what: str) -> None:
-    _require(callable(func), f"{what}: the decorated object must be a function")
-    required = [
-        p
-        for p in inspect.signature(func).parameters.values()
-        if p.default is p.empty and p.kind is not p.VAR_POSITIONAL
-    ]
-    _require(not required, f"{what}: a query function takes no arguments, got {required}")
-
-
-def _dataset(recorder: Recorder, api: str, query_function: Any, options: dict[str, Any]) -> Any:
-    _check_common(options)
-
-    def register(func: Any) -> Any:
-        _query_function(func, f"@{api}")
-        name = options.get("name") or func.__name__
-        _require(name not in recorder.datasets, f"dataset {name!r} is defined twice")
-        recorded = Recorded(api, name, {k: v for k, v in options.items() if k != "name"}, func)
-        recorded.expectations = list(getattr(func, _EXPECTATIONS, []))
-        setattr(func, _REGISTERED, name)
-        recorder.datasets[name] = recorded
-        return func
-
-    return register(query_function) if query_function is not None else register
-
-
-def _expectation(kind: str) -> Callable[..., Any]:
-    def expectation(name: str, constraint: str | Column) -> Callable[[Any], Any]:
-        _require(isinstance(name, str) and name, f"{kind}: name must be a non-empty str")
-        _require(isinstance(constraint, str | Column), f"{kind}: constraint must be str or Column")
-
-        def decorate(func: Any) -> Any:
-            _require(
-                not hasattr(func, _REGISTERED),
-                f"{kind}({name!r}) above the dataset decorator of {getattr(func, _REGISTERED, '?')}",
-            )
-            setattr(func, _EXPECTATIONS, [(kind, name, constraint), *getattr(func, _EXPECTATIONS, [])])
-            return func
-
-        return decorate
-
-    expectation.__name__ = kind
-    return expectation
-
-
-def _expectation_dicts(kind: str) -> Callable[..., Any]:
-    single = {"expect_all": "expect", "expect_all_or_drop": "expect_or_drop", "expect_all_or_fail": "expect_or_fail"}
-
-    def expectations(rules: dict[str, str | Column]) -> Callable[[Any], Any]:
-        _require(isinstance(rules, dict), f"{kind} takes a dict")
-
-        def decorate(func: Any) -> Any:
-            for name, constraint in reversed(list(rules.items())):
-                _expectation(single[kind])(name, constraint)(func)
-            return func
-
-        return decorate
-
-    expectations.__name__ = kind
-    return expectations
-
-
-def _streaming_table(recorder: Recorder, options: dict[str, Any]) -> None:
-    _check_common(options)
-    _require(isinstance(options["name"], str), "create_streaming_table: name must be str")
-    name = options.pop("name")
-    _require(name not in recorder.datasets, f"dataset {name!r} is defined twice")
-    for key in ("expect_all", "expect_all_or_drop", "expect_all_or_fail"):
-        _str_dict(options.get(key), key)
-    recorded = Recorded("create_streaming_table", name, options)
-    for key, kind in (
-        ("expect_all", "expect"),
-        ("expect_all_or_drop", "expect_or_drop"),
-        ("expect_all_or_fail", "expect_or_fail"),
-    ):
-        recorded.expectations += [(kind, n, c) for n, c in (options.get(key) or {}).items()]
-    recorder.datasets[name] = recorded
-
-
-def _append_flow(recorder: Recorder, options: dict[str, Any]) -> Callable[[Any], None]:
-    _check_common(options)
-    _require(isinstance(options.get("target"), str), "append_flow: target must be str")
-
-    def register(func: Any) -> None:
-        _query_function(func, "@append_flow")
-        name = options.get("name") or func.__name__
-        _require(name not in recorder.flows, f"flow {name!r} is defined twice")
-        recorder.flows[name] = Recorded("append_flow", name, {k: v for k, v in options.items() if k != "name"}, func)
-
-    return register
-
-
-def _auto_cdc(recorder: Recorder, api: str, options: dict[str, Any], name_key: str) -> None:
-    keys = options["keys"]
-    _require(
-        isinstance(keys, list) and keys and all(isinstance(k, str | Column) for k in keys), "keys: a non-empty list"
-    )
-    for key in ("target", "source"):
-        _require(isinstance(options[key], str), f"{key} must be str")
-    _require(isinstance(options["sequence_by"], str | Column), "sequence_by must be str or Column")
-    for key in ("apply_as_deletes", "apply_as_truncates"):
-        _require(options[key] is None or isinstance(options[key], str | Column), f"{key} must be str or Column")
-    for key in ("column_list", "except_column_list", "track_history_column_list", "track_history_except_column_list"):
-        _str_list(options[key], key)
-    _require(not (options["column_list"] and options["except_column_list"]), "column_list and except_column_list")
-    scd = options["stored_as_scd_type"]
-    _require(scd in (1, 2, "1", "2"), f"stored_as_scd_type must be 1 or 2, got {scd!r}")
-    if str(scd) == "1":
-        _require(
-            not options["track_history_column_list"] and not options["track_history_except_column_list"],
-            "track_history_* is for SCD type 2",
-        )
-    _require(isinstance(options["ignore_null_updates"] or False, bool), "ignore_null_updates must be bool")
-    name = options.pop(name_key) or options["target"]
-    _require(name not in recorder.flows, f"flow {name!r} is defined twice")
-    recorder.flows[name] = Recorded(api, name, options)
-
-
-def pipelines_standin(recorder: Recorder) -> types.ModuleType:
-    """Databricks' `pyspark.pipelines`, as its Python reference documents it."""
-    module = types.ModuleType("pyspark.pipelines")
-
-    def table(
-        query_function=None,
-        *,
-        name=None,
-        comment=None,
-        spark_conf=None,
-        table_properties=None,
-        path=None,
-        partition_cols=None,
-        cluster_by_auto=False,
-        cluster_by=None,
-        schema=None,
-        row_filter=None,
-        private=False,
-    ):
-        return _dataset(recorder, "table", query_function, {k: v for k, v in locals().items() if k != "query_function"})
-
-    def materialized_view(
-        query_function=None,
-        *,
-        name=None,
-        comment=None,
-        spark_conf=None,
-        table_properties=None,
-        path=None,
-        partition_cols=None,
-        cluster_by_auto=False,
-        cluster_by=None,
-        schema=None,
-        row_filter=None,
-        private=False,
-    ):
-        options = {k: v for k, v in locals().items() if k != "query_function"}
-        return _dataset(recorder, "materialized_view", query_function, options)
-
-    def temporary_view(query_function=None, *, name=None, comment=None):
-        options = {k: v for k, v in locals().items() if k != "query_function"}
-        return _dataset(recorder, "temporary_view", query_function, options)
-
-    def create_streaming_table(
-        name,
-        *,
-        comment=None,
-        spark_conf=None,
-        table_properties=None,
-        path=None,
-        partition_cols=None,
-        cluster_by_auto=False,
-        cluster_by=None,
-        schema=None,
-        expect_all=None,
-        expect_all_or_drop=None,
-        expect_all_or_fail=None,
-        row_filter=None,
-        private=False,
-    ):
-        _streaming_table(recorder, dict(locals()))
-
-    def append_flow(*, target, name=None, once=False, spark_conf=None, comment=None):
-        return _append_flow(recorder, dict(locals()))
-
-    def create_auto_cdc_flow(
-        target,
-        source,
-        keys,
-        sequence_by,
-        ignore_null_updates=False,
-        apply_as_deletes=None,
-        apply_as_truncates=None,
-        column_list=None,
-        except_column_list=None,
-        stored_as_scd_type="1",
-        track_history_column_list=None,
-        track_history_except_column_list=None,
-        name=None,
-        once=False,
-    ):
-        _auto_cdc(recorder, "create_auto_cdc_flow", dict(locals()), "name")
-
-    for function in (
-        table,
-        materialized_view,
-        temporary_view,
-        create_streaming_table,
-        append_flow,
-        create_auto_cdc_flow,
-    ):
-        setattr(module, function.__name__, function)
-    for kind in ("expect", "expect_or_drop", "expect_or_fail"):
-        setattr(module, kind, _expectation(kind))
-    for kind in ("expect_all", "expect_all_or_drop", "expect_all_or_fail"):
-        setattr(module, kind, _expectation_dicts(kind))
-    return module
-
-
-def dlt_standin(recorder: Recorder) -> types.ModuleType:
-    """The older `dlt` module, with the signatures of the `databricks-dlt` 0.3.0 stubs."""
-    module = types.ModuleType("dlt")
-
-    def table(
-        query_function=None,
-        name=None,
-        comment=None,
-        spark_conf=None,
-        table_properties=None,
-        partition_cols=None,
-        path=None,
-        schema=None,
-        temporary=False,
-        cluster_by=None,
-        row_filter=None,
-    ):
-        return _dataset(recorder, "table", query_function, {k: v for k, v in locals().items() if k != "query_function"})
-
-    def view(query_function=None, name=None, comment=None, spark_conf=None):
-        return _dataset(recorder, "view", query_function, {k: v for k, v in locals().items() if k != "query_function"})
-
-    def create_streaming_table(
-        name,
-        comment=None,
-        spark_conf=None,
-        table_properties=None,
-        partition_cols=None,
-        path=None,
-        schema=None,
-        expect_all=None,
-        expect_all_or_drop=None,
-        expect_all_or_fail=None,
-        cluster_by=None,
-        row_filter=None,
-    ):
-        _streaming_table(recorder, dict(locals()))
-
-    def append_flow(name=None, target=None, comment=None, spark_conf=None, once=False):
-        return _append_flow(recorder, dict(locals()))
-
-    def apply_changes(
-        target,
-        source,
-        keys,
-        sequence_by,
-        where=None,
-        ignore_null_updates=None,
-        apply_as_deletes=None,
-        apply_as_truncates=None,
-        column_list=None,
-        except_column_list=None,
-        stored_as_scd_type="1",
-        track_history_column_list=None,
-        track_history_except_column_list=None,
-        flow_name=None,
-        once=False,
-        ignore_null_updates_column_list=None,
-        ignore_null_updates_except_column_list=None,
-        columns_to_update=None,
-    ):
-        _auto_cdc(recorder, "apply_changes", dict(locals()), "flow_name")
-
-    for function in (table, view, create_streaming_table, append_flow, apply_changes):
-        setattr(module, function.__name__, function)
-    for kind in ("expect", "expect_or_drop", "expect_or_fail"):
-        setattr(module, kind, _expectation(kind))
-    for kind in ("expect_all", "expect_all_or_drop", "expect_all_or_fail"):
-        setattr(module, kind, _expectation_dicts(kind))
-    return module
-
-
-STANDINS = {"pyspark.pipelines": pipelines_standin, "dlt": dlt_standin}
 
 
 @pytest.fixture(params=sorted(STANDINS))
@@ -444,9 +92,15 @@ def _dataset_entry(api: str, options: dict[str, Any], query: Any, expectations: 
 
 
 def recorded_graph(recorder: Recorder, flavor: str) -> tuple[dict, dict]:
-    """The recorded calls as a logical graph: quarantine patterns folded back into their dataset."""
+    """The recorded calls as a logical graph: quarantine patterns folded back into their dataset,
+    SCD2 flows pointed back from their `__without_truncates` view to the view's source."""
     datasets = dict(recorder.datasets)
     logical: dict[str, dict] = {}
+    without_truncates = {}
+    for name in [n for n in datasets if n.endswith(databricks.NO_TRUNCATES_SUFFIX)]:
+        view = datasets.pop(name)
+        assert view.api in ("temporary_view", "view") and not view.expectations, view
+        without_truncates[name] = name.removesuffix(databricks.NO_TRUNCATES_SUFFIX)
     for twin_name in [n for n in datasets if n.endswith("__checked")]:
         base = twin_name.removesuffix("__checked")
         twin, valid, quarantine = datasets.pop(twin_name), datasets.pop(base), datasets.pop(f"{base}_quarantine")
@@ -477,9 +131,11 @@ def recorded_graph(recorder: Recorder, flavor: str) -> tuple[dict, dict]:
                 "query": _code(recorded.query),
             }
         else:
+            assert int(options["stored_as_scd_type"]) == 1 or options["apply_as_truncates"] is None, name
             flows[name] = {
                 "type": "auto_cdc",
                 **{k: options[k] for k in AUTO_CDC_KEYS},
+                "source": without_truncates.get(options["source"], options["source"]),
                 "keys": list(options["keys"]),
                 "ignore_null_updates": bool(options["ignore_null_updates"]),
                 "stored_as_scd_type": int(options["stored_as_scd_type"]),
@@ -544,7 +200,8 @@ def local_graph(graph: Graph, flavor: str) -> tuple[dict, dict]:
                 "source": flow.source,
                 "sequence_by": flow.sequence_by,
                 "apply_as_deletes": flow.apply_as_deletes,
-                "apply_as_truncates": flow.apply_as_truncates,
+                # Databricks: SCD type 1 only; SCD2 reads its source without truncates instead
+                "apply_as_truncates": flow.apply_as_truncates if flow.stored_as_scd_type == 1 else None,
                 "column_list": list(flow.column_list) if flow.column_list is not None else None,
                 "except_column_list": list(flow.except_column_list) if flow.except_column_list is not None else None,
                 "track_history_column_list": list(flow.track_history_column_list or []) or None,
@@ -765,6 +422,64 @@ def test_auto_cdc_arguments_on_both_apis(spark, standin):
     assert flow.options["stored_as_scd_type"] == 2 and flow.options["keys"] == ["id"]
     assert flow.options["track_history_except_column_list"] == ["ts"]
     assert flow.options["sequence_by"] is sequence and flow.options["apply_as_deletes"] is deletes
+    # Databricks applies truncates to SCD type 1 only: the SCD2 flow reads its source without them
+    assert flow.options["apply_as_truncates"] is None
+    assert flow.options["source"] == "changes_t__without_truncates"
+    view = recorder.datasets["changes_t__without_truncates"]
+    assert view.api == ("temporary_view" if flavor == "pyspark.pipelines" else "view")
+
+
+def test_expectations_reach_the_dataset(standin):
+    """Each native expectation decorator's result is what the dataset decorator receives."""
+    _, recorder = standin
+
+    @dp.table(name="orders")
+    @dp.expect("amount_known", "amount IS NOT NULL")
+    @dp.expect_or_drop("positive", "amount > 0")
+    @dp.expect_all_or_fail({"id_present": "id IS NOT NULL"})
+    def orders():
+        return None
+
+    assert recorder.datasets["orders"].expectations == [
+        ("expect", "amount_known", "COALESCE((amount IS NOT NULL), FALSE)"),
+        ("expect_or_drop", "positive", "COALESCE((amount > 0), FALSE)"),
+        ("expect_or_fail", "id_present", "COALESCE((id IS NOT NULL), FALSE)"),
+    ]
+
+
+def test_truncates_leave_scd2_history_alone_on_databricks(spark, monkeypatch):
+    """SCD1 gets the truncate condition; SCD2 reads every event but the truncates (never fails)."""
+    recorder = Recorder()
+    monkeypatch.setitem(sys.modules, "pyspark.pipelines", pipelines_standin(recorder))
+    monkeypatch.setattr(databricks, "_registries", {})
+    common = {"source": "changes_t", "keys": ["id"], "sequence_by": "seq", "apply_as_truncates": "op = 'TRUNCATE'"}
+    dp.create_streaming_table("gold_t")
+    dp.create_auto_cdc_flow(target="gold_t", stored_as_scd_type=1, **common)
+    dp.create_streaming_table("gold_t_history")
+    dp.create_auto_cdc_flow(target="gold_t_history", stored_as_scd_type=2, **common)
+    dp.create_streaming_table("gold_t_history2")
+    dp.create_auto_cdc_flow(target="gold_t_history2", stored_as_scd_type=2, **common)  # the same view serves
+
+    assert recorder.flows["gold_t"].options["apply_as_truncates"] == "op = 'TRUNCATE'"
+    assert recorder.flows["gold_t"].options["source"] == "changes_t"
+    for name in ("gold_t_history", "gold_t_history2"):
+        assert recorder.flows[name].options["apply_as_truncates"] is None
+        assert recorder.flows[name].options["source"] == "changes_t__without_truncates"
+    events = spark.createDataFrame(
+        [(1, "INSERT", "a"), (2, "UPDATE", "b"), (None, "TRUNCATE", "c"), (3, None, "d")],
+        "id INT, op STRING, seq STRING",
+    )
+
+    class Tables:
+        def read_stream(self, name):
+            assert name == "changes_t"
+            return events
+
+        read = read_stream
+
+    with reading_with(Tables()):
+        kept = recorder.datasets["changes_t__without_truncates"].query()
+    assert sorted(r["seq"] for r in kept.collect()) == ["a", "b", "d"]  # a NULL op is not a truncate
 
 
 def test_what_databricks_cannot_take_is_an_error(standin):
@@ -805,6 +520,7 @@ def _source(kafka: dict, topic: str | None = None) -> SourceConf:
 
 
 CONF = {
+    "cred": "msk-reader",
     "cdc_medallion.kafka.bootstrap_servers": "b1:9096,b2:9096",
     "cdc_medallion.secret_scope": "kafka-prod",
     "cdc_medallion.kafka.topics.shop": "shop\\.public\\..*",
@@ -867,9 +583,52 @@ def test_kafka_options_plain_unshaded_msk_iam_and_topic_default():
     assert "kafka.sasl.client.callback.handler.class" in iam
 
 
+def test_msk_iam_through_a_unity_catalog_service_credential():
+    """`service_credential` becomes `databricks.serviceCredential`, with no SASL options at all."""
+    options = _options(
+        {
+            "bootstrap_servers": "b-1.msk:9098",
+            "subscribe_pattern": "{{conf:cdc_medallion.kafka.topics.shop}}",
+            "service_credential": "msk-reader",
+            "options": {"databricks.serviceCredential.scope": "https://msk.example/.default"},
+        }
+    )
+    assert options == {
+        "kafka.bootstrap.servers": "b-1.msk:9098",
+        "subscribePattern": "shop\\.public\\..*",
+        "startingOffsets": "earliest",
+        "includeHeaders": "true",
+        "databricks.serviceCredential": "msk-reader",
+        "databricks.serviceCredential.scope": "https://msk.example/.default",
+    }
+    referenced = _options(
+        {"bootstrap_servers": "b", "subscribe": "t", "service_credential": "{{conf:cred}}"}, topic=None
+    )
+    assert referenced["databricks.serviceCredential"] == "msk-reader"  # a {{conf:}} reference, resolved
+
+
 @pytest.mark.parametrize(
     ("kafka", "message"),
     [
+        (
+            {
+                "bootstrap_servers": "b",
+                "subscribe": "t",
+                "service_credential": "c",
+                "sasl": {"mechanism": "AWS_MSK_IAM"},
+            },
+            "either service_credential or sasl",
+        ),
+        (
+            {"bootstrap_servers": "b", "subscribe": "t", "service_credential": "c", "security_protocol": "SASL_SSL"},
+            "either service_credential",
+        ),
+        ({"bootstrap_servers": "b", "subscribe": "t", "service_credential": ""}, "service credential"),
+        ({"bootstrap_servers": "b", "subscribe": "t", "service_credential": {"secret": "x"}}, "service credential"),
+        (
+            {"bootstrap_servers": "b", "subscribe": "t", "options": {"databricks.serviceCredential": "c"}},
+            "use kafka.service_credential",
+        ),
         (
             {
                 "bootstrap_servers": "b",

@@ -22,7 +22,13 @@ What is handed over
   same arguments. Our local extension `present_columns_column` becomes
   `ignore_null_updates=True` (an absent column keeps its value; unlike locally, an explicit NULL
   in an update is ignored too).
-- Expectations become the native decorators. Constraints are passed as
+- An SCD type 2 auto CDC flow gets no `apply_as_truncates`: Databricks supports APPLY AS TRUNCATE
+  WHEN for SCD type 1 only. It reads a private view of its source without the truncate events
+  (`<source>__without_truncates`), so a truncate never reaches it; its history keeps the versions
+  that were open at the truncate open (locally they are closed at the truncate's sequence).
+- Expectations become the native decorators, chained: each returns a new object, the next
+  decorator (and finally the dataset decorator) receives it, as the runtime requires (only that
+  object carries the rule). Constraints are passed as
   `COALESCE((<constraint>), FALSE)`: a constraint that evaluates to NULL fails, as it does locally
   (natively a NULL result would pass).
 - `expect_or_quarantine` compiles to the documented quarantine pattern ("Expectation
@@ -39,6 +45,7 @@ What is handed over
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -47,7 +54,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from cdc_medallion.declarative.definitions import (
@@ -72,6 +79,7 @@ CHECKED_SUFFIX = "__checked"
 QUARANTINE_SUFFIX = "_quarantine"
 FAILED = "failed_expectations"  # the same column the local runner writes to quarantine tables
 QUARANTINED = "__quarantined"
+NO_TRUNCATES_SUFFIX = "__without_truncates"
 
 
 # --- detection --------------------------------------------------------------------------------
@@ -162,6 +170,8 @@ class DatabricksRegistry(GraphElementRegistry):
         self.api = api
         # Streaming tables declared with quarantine rules and fed by append flows: their checked twin.
         self._twins: dict[str, tuple[str, tuple[Expectation, ...]]] = {}
+        # (source, truncate condition) -> the view SCD type 2 flows read instead of the source.
+        self._no_truncate_views: dict[tuple[str, str], str] = {}
 
     # --- calling the API ----------------------------------------------------------------------
     @property
@@ -195,16 +205,22 @@ class DatabricksRegistry(GraphElementRegistry):
                 return {option: True}
         return {}
 
-    def _expect(self, func: QueryFunction, expectations: tuple[Expectation, ...]) -> None:
-        """Apply the native expectation decorators (below the dataset decorator, as documented)."""
+    def _expect(self, func: QueryFunction, expectations: tuple[Expectation, ...]) -> Any:
+        """The query wrapped in the native expectation decorators, to hand to the dataset decorator.
+
+        Each decorator returns a new object and only that object carries its rule (the runtime's
+        contract, as in the `databricks-dlt` stubs), so each result is what the next one receives.
+        """
         decorators = {
             Action.WARN: self._function("expect"),
             Action.QUARANTINE: self._function("expect"),
             Action.DROP: self._function("expect_or_drop"),
             Action.FAIL: self._function("expect_or_fail"),
         }
+        declared: Any = func
         for rule in reversed(expectations):  # innermost first, so they read top-down as declared
-            decorators[rule.action](rule.name, null_safe(rule.constraint))(func)
+            declared = decorators[rule.action](rule.name, null_safe(rule.constraint))(declared)
+        return declared
 
     def _dataset_function(self, kind: DatasetKind) -> Callable[..., Any]:
         if kind is DatasetKind.STREAMING_TABLE:
@@ -223,10 +239,10 @@ class DatabricksRegistry(GraphElementRegistry):
         private: bool = False,
     ) -> None:
         function = self._dataset_function(kind)
-        self._expect(query, expectations)
+        declared = self._expect(query, expectations)
         extra = self._private_option(function) if private else {}
         decorator = self._call(function, f"dataset {name!r}", name=name, **options, **extra)
-        decorator(query)
+        decorator(declared)
 
     @staticmethod
     def _options(dataset: Dataset) -> dict[str, Any]:
@@ -400,10 +416,13 @@ class DatabricksRegistry(GraphElementRegistry):
         function = self._function(*_AUTO_CDC)
         accepted = _parameters(function) or {"name"}
         name_option = "name" if "name" in accepted else "flow_name"
+        source, truncates = flow.source, flow.apply_as_truncates
+        if int(flow.stored_as_scd_type) == 2 and truncates is not None:
+            source, truncates = self._without_truncates(flow.source, truncates), None
         options: dict[str, Any] = {
             "ignore_null_updates": flow.ignore_null_updates or flow.present_columns_column is not None,
             "apply_as_deletes": flow.apply_as_deletes,
-            "apply_as_truncates": flow.apply_as_truncates,
+            "apply_as_truncates": truncates,
             "column_list": list(flow.column_list) if flow.column_list is not None else None,
             "except_column_list": list(flow.except_column_list) if flow.except_column_list is not None else None,
             "stored_as_scd_type": flow.stored_as_scd_type,
@@ -416,8 +435,34 @@ class DatabricksRegistry(GraphElementRegistry):
             function,
             f"auto CDC flow {flow.name!r}",
             target=flow.target,
-            source=flow.source,
+            source=source,
             keys=list(flow.keys),
             sequence_by=flow.sequence_by,
             **options,
         )
+
+    def _without_truncates(self, source: str, truncates: str | Column) -> str:
+        """A private view of `source` without its truncate events, for SCD type 2 flows.
+
+        Databricks applies `apply_as_truncates` (APPLY AS TRUNCATE WHEN) to SCD type 1 only, and a
+        truncate event (no key) must not reach an SCD2 flow as an upsert either. So on Databricks
+        a truncate leaves history as it is: versions open at the truncate stay open until their
+        key's next change or delete (the SCD1 table is emptied). One view per source and condition.
+        """
+        spec = (source, truncates if isinstance(truncates, str) else str(truncates))
+        name = self._no_truncate_views.get(spec)
+        if name is not None:
+            return name
+        name = source + NO_TRUNCATES_SUFFIX
+        if name in self._no_truncate_views.values():  # another condition on the same source
+            name += "_" + hashlib.sha1(spec[1].encode()).hexdigest()[:8]
+        self._no_truncate_views[spec] = name
+
+        def without_truncates() -> DataFrame:
+            condition = F.expr(truncates) if isinstance(truncates, str) else truncates
+            return current_reader().read_stream(source).filter(~F.coalesce(condition, F.lit(False)))
+
+        without_truncates.__qualname__ = f"scd2_without_truncates.{source}"
+        comment = f"{source} without its truncate events: SCD type 2 flows on Databricks take no truncates"
+        self._define(DatasetKind.TEMPORARY_VIEW, name, without_truncates, (), {"comment": comment})
+        return name

@@ -15,12 +15,20 @@ kafka:
     mechanism: SCRAM-SHA-512              # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or AWS_MSK_IAM
     username: {secret: kafka-username}    # a secret reference (or plain text: a user name is no secret)
     password: {secret: kafka-password}    # must be a secret reference
+  service_credential: msk-reader          # instead of sasl: a Unity Catalog service credential
   options:                                # any other Spark Kafka option, by its Spark name
     kafka.ssl.truststore.location: /Volumes/main/kafka/certs/truststore.jks
     kafka.ssl.truststore.password: "{{secrets/kafka/truststore-password}}"
 ```
 
 Without `subscribe` / `subscribe_pattern` / `assign`, the source's `topic` is subscribed.
+
+`service_credential` names a Unity Catalog service credential (Databricks Runtime 16.1+, and what
+Databricks recommends for Amazon MSK with IAM on serverless and shared compute): it becomes the
+Kafka source option `databricks.serviceCredential`, and Databricks sets up the IAM authentication,
+so it excludes `sasl` and `security_protocol`. It is the name of a governed object, not a secret.
+Where Databricks cannot infer the credential's scope (Azure Event Hubs), set
+`options: {databricks.serviceCredential.scope: ...}`.
 
 Values may be references, resolved when the stream is defined, so no secret is ever in YAML:
 `{{conf:KEY}}` is a Spark conf / pipeline configuration value (the bundle fills those from its
@@ -60,8 +68,10 @@ _KEYS = {
     "security_protocol",
     "secret_scope",
     "sasl",
+    "service_credential",
     "options",
 }
+SERVICE_CREDENTIAL = "databricks.serviceCredential"
 _SASL_KEYS = {"mechanism", "username", "password"}
 _SENSITIVE = re.compile(r"password|passwd|secret|token|credential|private[._-]?key", re.IGNORECASE)
 _CONF_REF = re.compile(r"\{\{conf:([^{}]+)\}\}")
@@ -92,6 +102,7 @@ class KafkaSettings:
     sasl_mechanism: Value | None = None
     sasl_username: Value | None = None
     sasl_password: Value | None = None
+    service_credential: Value | None = None
     options: Mapping[str, Value] = field(default_factory=dict)
 
 
@@ -146,6 +157,14 @@ def parse_kafka(source: SourceConf) -> KafkaSettings:
         raise error(
             "sasl.password", "must be a secret reference ({secret: KEY} or {{secrets/SCOPE/KEY}}), never a value"
         )
+    credential = raw.get("service_credential")
+    if credential is not None:
+        if not isinstance(credential, str) or not credential.strip():
+            raise error("service_credential", "must be the name of a Unity Catalog service credential")
+        for other in ("sasl", "security_protocol"):
+            if other in raw:
+                reason = "give either service_credential or sasl/security_protocol: the credential authenticates"
+                raise error(other, reason)
     options = raw.get("options") or {}
     if not isinstance(options, Mapping):
         raise error("options", "must be a mapping of Spark Kafka option names to values")
@@ -153,6 +172,10 @@ def parse_kafka(source: SourceConf) -> KafkaSettings:
         where = f"options.{key}"
         if key in ("includeHeaders", "kafka.bootstrap.servers", *SUBSCRIPTIONS.values(), "startingOffsets"):
             raise error(where, "is set by cdc-medallion (use the kafka settings of the same name)")
+        if key == SERVICE_CREDENTIAL:
+            raise error(where, "is set by cdc-medallion (use kafka.service_credential)")
+        if key.startswith(SERVICE_CREDENTIAL + "."):  # e.g. its scope: settings of a named credential
+            continue
         if _SENSITIVE.search(key) and not is_reference(value):
             raise error(where, "holds a secret: give a secret reference ({{secrets/SCOPE/KEY}}), never the value")
         if "jaas" in key.lower() and isinstance(value, str) and _JAAS_LITERAL_PASSWORD.search(value):
@@ -168,6 +191,7 @@ def parse_kafka(source: SourceConf) -> KafkaSettings:
         sasl_mechanism=mechanism,
         sasl_username=sasl.get("username"),
         sasl_password=sasl.get("password"),
+        service_credential=credential,
         options=dict(options),
     )
 
@@ -285,6 +309,8 @@ def kafka_options(
             password = resolve(settings.sasl_password, "sasl.password")
             login["kafka.sasl.jaas.config"] %= (_quote(username), _quote(password))
         options.update(login)
+    if settings.service_credential is not None:
+        options[SERVICE_CREDENTIAL] = resolve(settings.service_credential, "service_credential")
     for key, value in settings.options.items():
         options[key] = resolve(value, f"options.{key}")
     return options
