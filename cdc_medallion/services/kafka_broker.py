@@ -28,8 +28,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -75,6 +77,13 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def _guard() -> Callable[[], None] | None:
+    """The kernel's "parent died" signal follows the thread that started the child, not the
+    process: a broker (re)started from a short-lived thread would be stopped when that thread
+    ends. Only a start from the main thread gets the guard; `stop()` / `close()` cover the rest."""
+    return _die_with_parent if threading.current_thread() is threading.main_thread() else None
+
+
 class KafkaBroker:
     """One broker process. `start()` again after `stop()` (or `kill()`) brings back the same
     broker: same ports, same data, so its topics and offsets are kept, as after an outage."""
@@ -117,7 +126,7 @@ class KafkaBroker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent,  # async-signal-safe: one prctl call before exec
+                preexec_fn=_guard(),  # async-signal-safe: one prctl call before exec
             )
         self._wait_started(offset, timeout)
         return self
