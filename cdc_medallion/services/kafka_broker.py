@@ -214,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=3, help="partitions of an auto-created topic")
     args = parser.parse_args(argv)
     broker = KafkaBroker(args.data, args.port or None, args.partitions, say=lambda line: print(line, file=sys.stderr))
+    # A process manager's SIGTERM ends the run like Ctrl-C: the broker is stopped, its folder removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with broker:
         print(f"Kafka {KAFKA_VERSION} serving on {broker.bootstrap_servers} (data {broker.data_dir}); Ctrl-C stops it")
         with contextlib.suppress(KeyboardInterrupt):
