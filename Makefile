@@ -8,7 +8,7 @@ CONF ?= conf/local.yml
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup run test lint clean browser bench crash-drill
+.PHONY: setup run test lint clean browser bench crash-drill kafka
 
 setup: $(STAMP)
 
@@ -50,6 +50,12 @@ bench: $(BENCH_STAMP)
 # The kill drill of issue 10 at scale: ingest SIGKILLed in every run over ~300k messages.
 crash-drill: $(STAMP)
 	$(BIN)/python -m bench.crash
+
+# A single-node Kafka broker (KRaft) from Maven Central jars on localhost:$(KAFKA_PORT), in the
+# foreground until Ctrl-C; KAFKA_DATA keeps its topics across restarts (default: a temporary folder).
+KAFKA_PORT ?= 9092
+kafka: $(STAMP)
+	$(BIN)/python -m cdc_medallion.services.kafka_broker --port $(KAFKA_PORT) $(if $(KAFKA_DATA),--data $(KAFKA_DATA))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -49,8 +50,13 @@ def jar_folder() -> Path:
     given = os.environ.get("CDC_MEDALLION_JARS")
     if given:
         return Path(given)
+    return cache_root() / f"spark-{spark_version()}-delta-{delta_version()}"
+
+
+def cache_root() -> Path:
+    """The user cache folder under which each set of fetched jars has a folder of its own."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "cdc-medallion" / "jars" / f"spark-{spark_version()}-delta-{delta_version()}"
+    return cache / "cdc-medallion" / "jars"
 
 
 _COMPLETE = ".complete"
@@ -58,10 +64,7 @@ _COMPLETE = ".complete"
 
 def cached_jars() -> list[str] | None:
     """The jars of a complete fetch, or None when there is none yet."""
-    folder = jar_folder()
-    if not (folder / _COMPLETE).is_file():
-        return None
-    return sorted(str(p) for p in folder.glob("*.jar"))
+    return complete_jars(jar_folder())
 
 
 def fetch(say=print) -> list[str]:
@@ -69,17 +72,41 @@ def fetch(say=print) -> list[str]:
     found = cached_jars()
     if found is not None:
         return found
-    mvn = shutil.which("mvn")
-    if mvn is None:
+    if shutil.which("mvn") is None:
         say("Maven (mvn) not found: Spark's own resolver fetches the packages into its Ivy cache")
         _resolve_with_spark()
         return []
-    folder = jar_folder()
+    shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    copy_packages(packages(), jar_folder(), keep=lambda jar: _artifact(jar) not in shipped, say=say)
+    return cached_jars() or []
+
+
+def complete_jars(folder: Path) -> list[str] | None:
+    """The jars of a complete `copy_packages` into `folder`, or None when there is none yet."""
+    if not (folder / _COMPLETE).is_file():
+        return None
+    return sorted(str(p) for p in folder.glob("*.jar"))
+
+
+def copy_packages(
+    coordinates: list[str], folder: Path, keep: Callable[[str], bool] = lambda jar: True, say=print
+) -> list[str]:
+    """Have Maven copy `coordinates` and their runtime dependencies into `folder` (once).
+
+    `keep` picks jars by file name. The folder appears whole or not at all: a fetch killed
+    halfway leaves no folder that looks complete. Raises `FileNotFoundError` without `mvn`.
+    """
+    found = complete_jars(folder)
+    if found is not None:
+        return found
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise FileNotFoundError(f"Maven (mvn) is needed to fetch {', '.join(coordinates)}")
     with tempfile.TemporaryDirectory() as work:
         pom = Path(work) / "pom.xml"
-        pom.write_text(_pom(packages()), encoding="utf-8")
+        pom.write_text(_pom(coordinates), encoding="utf-8")
         copied = Path(work) / "jars"
-        say(f"fetching {', '.join(packages())} from Maven Central")
+        say(f"fetching {', '.join(coordinates)} from Maven Central")
         subprocess.run(
             [
                 mvn,
@@ -93,15 +120,14 @@ def fetch(say=print) -> list[str]:
             ],
             check=True,
         )
-        shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
         staged = Path(tempfile.mkdtemp(prefix=".fetching-", dir=_parent(folder)))
         for jar in sorted(copied.glob("*.jar")):
-            if _artifact(jar.name) not in shipped:
+            if keep(jar.name):
                 shutil.copy2(jar, staged / jar.name)
-        (staged / _COMPLETE).write_text("\n".join(packages()) + "\n", encoding="utf-8")
+        (staged / _COMPLETE).write_text("\n".join(coordinates) + "\n", encoding="utf-8")
         shutil.rmtree(folder, ignore_errors=True)
-        os.replace(staged, folder)  # a fetch killed halfway leaves no folder that looks complete
-    return cached_jars() or []
+        os.replace(staged, folder)
+    return complete_jars(folder) or []
 
 
 def _resolve_with_spark() -> None:

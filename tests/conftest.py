@@ -59,3 +59,17 @@ def shared_path(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is not present (../shared must sit beside the repository)")
     return path
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    """One Kafka broker for the whole run, started by the first test that asks for it (so a run
+    without Kafka tests never starts one) and stopped at the end. Mark tests that use it
+    `pytest.mark.xdist_group("kafka")`: with `--dist loadgroup` one worker runs them all, and
+    so starts one broker."""
+    from cdc_medallion.services.kafka_broker import KafkaBroker
+
+    broker = KafkaBroker(partitions=3)
+    broker.start()
+    yield broker
+    broker.close()

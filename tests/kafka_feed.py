@@ -1,0 +1,110 @@
+"""Feeding a real broker the messages a file-layout run landed, the way CDC tools produce them.
+
+The bronze table of a file-layout run holds each message byte-exact, in file order; what goes to
+Kafka is exactly those bytes, so the two runs read the same messages. As a CDC tool would, each
+message gets a key (the Kafka-dump's own key if it had one, else its source table, named by the
+silver or quarantine event that message became) and a partition from the key's hash, so that one
+table's (or one row's) messages keep their order in one partition while a topic's partitions
+interleave. Messages no event names a table for (heartbeats, garbage) are spread by their line.
+Every record carries a header naming where the message came from.
+
+Tables are read with delta-rs (no Spark job per table: a few hundred rows each), and records are
+written with Spark's own Kafka sink (`spark-sql-kafka` is on the classpath already), in one task,
+in file order, so each partition's order is the file's.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from pathlib import Path
+from typing import Any
+
+from deltalake import DeltaTable
+
+from cdc_medallion.catalog import dataset_status
+from cdc_medallion.config import SourceConf
+from cdc_medallion.layers import bronze_name, silver_name
+
+ORIGIN_HEADER = "cdc-medallion-origin"
+HEADERS = "array<struct<key:string,value:binary>>"
+RECORD = f"key binary, value binary, topic string, partition int, headers {HEADERS}"
+
+
+def topic_of(source: str) -> str:
+    """The topic a json-lines source's messages go to (a Kafka-dump keeps its own topics)."""
+    return f"cdc.{source}"
+
+
+@functools.cache
+def status(storage: Path) -> tuple[dict[str, Any], ...]:
+    """`dataset_status` of a finished run, read once per storage (it scans every Delta log)."""
+    return tuple(dataset_status(storage))
+
+
+def _paths(storage: Path) -> dict[str, str]:
+    return {d["name"]: d["path"] for d in status(storage)}
+
+
+def path_of(storage: Path, name: str) -> str:
+    return _paths(storage)[name]
+
+
+def has(storage: Path, name: str) -> bool:
+    return name in _paths(storage)
+
+
+def rows(storage: Path, name: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """A dataset's rows as Python values, read from its Delta log and files without the JVM."""
+    return DeltaTable(path_of(storage, name)).to_pyarrow_table(columns=columns).to_pylist()
+
+
+def ref_of(row: dict[str, Any]) -> str:
+    """A bronze row's `bronze_ref` (BronzeMessage.ref): topic/partition/offset, or file:line."""
+    if row["offset"] is not None:
+        return f"{row['topic'] or ''}/{row['partition'] or 0}/{row['offset']}"
+    return f"{row['_file']}:{row['_line']}"
+
+
+def _tables(storage: Path, source: str) -> dict[str, str]:
+    """Each bronze reference's table, from the silver or quarantine events it made (or took part in)."""
+    named: dict[str, str] = {}
+    columns = ["bronze_ref", "related_refs", "source_db", "source_schema", "source_table"]
+    for dataset in (silver_name(source), f"{silver_name(source)}_quarantine"):
+        if not has(storage, dataset):
+            continue
+        for event in rows(storage, dataset, columns):
+            if event["source_table"] is None:
+                continue
+            table = ".".join(event[c] or "" for c in ("source_db", "source_schema", "source_table"))
+            for ref in [event["bronze_ref"], *(event["related_refs"] or [])]:
+                if ref is not None:
+                    named[ref] = min(named.get(ref, table), table)
+    return named
+
+
+def records(storage: Path, source: SourceConf, partitions: int) -> list[dict[str, Any]]:
+    """A file-layout run's bronze messages of `source` as Kafka records, in landing order."""
+    tables = _tables(storage, source.name)
+    produced = []
+    for row in sorted(rows(storage, bronze_name(source.name)), key=lambda r: (r["_file"], r["_line"])):
+        ref = ref_of(row)
+        table = tables.get(ref)
+        key = row["key"] if row["key"] is not None else (table.encode() if table is not None else None)
+        headers = [*(row["headers"] or []), {"key": ORIGIN_HEADER, "value": ref.encode()}]
+        produced.append(
+            {
+                "key": key,
+                "value": row["value"],
+                "topic": row["topic"] or topic_of(source.name),
+                "partition": (zlib.crc32(key) if key is not None else row["_line"]) % partitions,
+                "headers": headers,
+            }
+        )
+    return produced
+
+
+def produce(spark, produced: list[dict[str, Any]], bootstrap_servers: str) -> None:
+    """Write records to Kafka in one task, in list order (the order each partition keeps)."""
+    frame = spark.createDataFrame(produced, RECORD).coalesce(1)
+    frame.write.format("kafka").option("kafka.bootstrap.servers", bootstrap_servers).save()
