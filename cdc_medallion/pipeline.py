@@ -63,7 +63,7 @@ def run_pipeline(
                 file=sys.stderr,
             )
         say(f"applying changes to {len(after.gold_tables())} table(s)")
-        summary.updates.append(_update(conf, after, spark, progress, continuous))
+        summary.updates.append(_update(conf, after, spark, progress, continuous, land=False))
         summary.discovery = after
         if quality:
             from cdc_medallion.quality.checks import run_quality_checks
@@ -88,7 +88,8 @@ def _update(
     progress: Progress | None,
     continuous: bool = False,
     partial: bool = False,
+    land: bool = True,
 ) -> UpdateResult:
     declared = replace(conf, tables=found.tables)
     runner = LocalRunner(declared, spark, progress)
-    return runner.update(lock=False, continuous=continuous, raise_failures=False, partial_graph=partial)
+    return runner.update(lock=False, continuous=continuous, raise_failures=False, partial_graph=partial, land=land)

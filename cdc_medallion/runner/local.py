@@ -209,6 +209,7 @@ class LocalRunner:
         self._plans: dict[str, _Plan] = {}  # planned while looking for sharers, kept for their turn
         self._joining: list[tuple[str, _Plan]] = []  # (stream, plan) run on their own beside a shared query
         self.partial_graph = False
+        self.land = True
 
     # --- update -------------------------------------------------------------------------------
     def update(
@@ -218,6 +219,7 @@ class LocalRunner:
         continuous: bool = False,
         raise_failures: bool = True,
         partial_graph: bool = False,
+        land: bool = True,
     ) -> UpdateResult:
         """Run every flow once (or, `continuous`, keep every flow running until one fails or the
         process is stopped); `lock=False` when the caller already holds the storage lock.
@@ -228,7 +230,9 @@ class LocalRunner:
 
         `partial_graph`: this update's graph lacks flows a later one will have (the run's first
         update, before gold is declared): the flows that would share a query wait for that one,
-        so that no member of a shared query misses a batch and the first shared query has them all."""
+        so that no member of a shared query misses a batch and the first shared query has them all.
+        `land=False`: the queries reading sources are not run (the run's second update: its first
+        landed what the sources held; a Kafka query cannot tell without starting that nothing is new)."""
         started = time.monotonic()
         with StorageLock(self.store.root) if lock else nullcontext():
             if full_refresh:
@@ -241,7 +245,7 @@ class LocalRunner:
             self.log.emit("create_update", f"update {update_id} started", {"full_refresh": full_refresh})
             self._done, self._flows_run, self.continuous, self._running_queries = set(), set(), continuous, []
             self._failed, self._plans, self._joining = {}, {}, []
-            self.partial_graph = partial_graph
+            self.partial_graph, self.land = partial_graph, land or continuous
             try:
                 with using_conf(self.conf):  # query functions may read the conf while they run
                     for name, dataset in self.graph.datasets.items():
@@ -492,6 +496,8 @@ class LocalRunner:
     def _start(self, plan: _Plan) -> None:
         """Start `plan` as a query of its own (unless it has nothing new)."""
         first, reader = plan.flows[0], plan.reader
+        if reader.inputs.sources and not self.land:
+            return
         if not isinstance(first, AutoCdcFlow):
             self._ensure_target(first, plan.rows, reader.inputs)
         checkpoint = _Checkpoint(self.store.checkpoint(plan.name))
