@@ -355,7 +355,9 @@ class LocalRunner:
         """Run `flows` (one append flow, or the auto CDC flows of one source) in a query of their
         own, or as members of the query shared by every flow reading their stream (`sharing.py`)."""
         self._flows_run.update(f.name for f in flows)
-        plan = self._plans.pop(flows[0].name, None) or self._plan(flows)
+        plan = self._plans.pop(flows[0].name, None)
+        if plan is None or [f.name for f in plan.flows] != [f.name for f in flows]:
+            plan = self._plan(flows)
         stream = self._shared_stream(plan)
         if stream is not None:
             plans = [plan, *self._sharers(stream)]
