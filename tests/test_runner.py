@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from pyspark.sql.streaming import StreamingQueryListener
 
 from cdc_medallion.config import load_conf
 from cdc_medallion.errors import CdcMedallionError, ExpectationFailed, GraphError
@@ -551,28 +552,9 @@ def test_no_more_queries_run_at_once_than_max_concurrent_flows(spark, tmp_path):
     it runs a batch)."""
     import dataclasses
 
-    from pyspark.sql.streaming import StreamingQueryListener
-
     from cdc_medallion.adhoc import adhoc_conf
     from cdc_medallion.pipeline import run_pipeline
     from tests.conftest import REPO
-
-    class Concurrency(StreamingQueryListener):
-        def __init__(self) -> None:
-            self.started: list[tuple[str | None, list[str]]] = []
-
-        def onQueryStarted(self, event) -> None:
-            others = [q.name for q in spark.streams.active if str(q.id) != str(event.id)]
-            self.started.append((event.name, others))
-
-        def onQueryProgress(self, event) -> None:
-            pass
-
-        def onQueryIdle(self, event) -> None:
-            pass
-
-        def onQueryTerminated(self, event) -> None:
-            pass
 
     conf = adhoc_conf(
         fmt="debezium-json",
@@ -591,7 +573,7 @@ def test_no_more_queries_run_at_once_than_max_concurrent_flows(spark, tmp_path):
         columns=[],
     )
     sources = (conf.sources[0], dataclasses.replace(other.sources[0], name="crm"))
-    listener = Concurrency()
+    listener = QueryStarts(spark)
     spark.streams.addListener(listener)
     try:
         run_pipeline(dataclasses.replace(conf, sources=sources, max_concurrent_flows=1), spark=spark)
@@ -623,31 +605,13 @@ def copy():
 
 def _query_names(spark, run) -> list[str]:
     """The names of the streaming queries `run()` starts."""
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    class Names(StreamingQueryListener):
-        def __init__(self) -> None:
-            self.names: list[str] = []
-
-        def onQueryStarted(self, event) -> None:
-            self.names.append(event.name)
-
-        def onQueryProgress(self, event) -> None:
-            pass
-
-        def onQueryIdle(self, event) -> None:
-            pass
-
-        def onQueryTerminated(self, event) -> None:
-            pass
-
-    listener = Names()
+    listener = QueryStarts(spark)
     spark.streams.addListener(listener)
     try:
         run()
     finally:
         spark.streams.removeListener(listener)
-    return sorted(name.removeprefix("t.") for name in listener.names)
+    return sorted(name.removeprefix("t.") for name, _others in listener.started)
 
 
 def test_flows_reading_one_stream_share_one_query_and_a_new_one_joins_after_catching_up(spark, tmp_path):
@@ -674,3 +638,25 @@ def test_flows_reading_one_stream_share_one_query_and_a_new_one_joins_after_catc
     assert sorted((r["id"], r["name"]) for r in read_rows(spark, storage, "p1")) == [(1, "ann"), (5, "dio"), (7, "ed")]
     assert sorted(r["id"] for r in read_rows(spark, storage, "p0")) == [2, 4, 8]
     assert len(read_rows(spark, storage, "copied")) == 8  # every message once
+
+
+class QueryStarts(StreamingQueryListener):
+    """Each query started, with the other queries active as it starts (Spark delivers the start
+    event on the query's own thread, before it runs a batch)."""
+
+    def __init__(self, spark) -> None:
+        self.spark = spark
+        self.started: list[tuple[str | None, list[str]]] = []
+
+    def onQueryStarted(self, event) -> None:
+        others = [q.name for q in self.spark.streams.active if str(q.id) != str(event.id)]
+        self.started.append((event.name, others))
+
+    def onQueryProgress(self, event) -> None:
+        pass
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
