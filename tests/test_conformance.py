@@ -1,30 +1,48 @@
 """One history, every format: gold must equal the generator's ground truth.
 
 Each format with a renderer (cdc_medallion/generator/renderers/) writes the same history by
-its vendor's conventions; the pipeline ingests it; SCD1 must equal the final state and SCD2
-the history of versions, for every keyed table.
+its vendor's conventions; one pipeline ingests all of them, a source each, in two runs; for
+every format and keyed table, SCD1 must equal the final state and SCD2 the history of versions.
+The line formats get chaos on the way (redelivered messages, interleaved partitions, 1% garbage,
+the stream cut between the runs, resuming mid-stream); DTS Avro, binary, arrives clean.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import random
+from pathlib import Path
 
 import pytest
 
 from cdc_medallion.adhoc import adhoc_conf
+from cdc_medallion.config import PipelineConf
 from cdc_medallion.generator import chaos
 from cdc_medallion.generator.compare import diff_scd1, diff_scd2
 from cdc_medallion.generator.history import generate_history
-from cdc_medallion.generator.renderers import RENDERERS, render
+from cdc_medallion.generator.renderers import RENDERERS, RenderedSource, render
+from cdc_medallion.identifiers import dataset_part
 from cdc_medallion.pipeline import run_pipeline
-from tests.helpers import datasets, gold_rows, read_rows
+from tests.helpers import datasets, read_rows
+
+# One worker runs the module, so the pipeline of all formats runs once.
+pytestmark = pytest.mark.xdist_group("conformance")
 
 HISTORY = generate_history(tables=3, transactions=30, seed=11)
 CHAOS_FORMATS = frozenset(f for f in RENDERERS if f != "dts-avro")  # formats of one message per line
+RUNS = 2
 
 
-def ingest_rendered(spark, rendered, storage):
+def source_of(fmt: str) -> str:
+    return fmt.replace("-", "_")
+
+
+def gold_of(fmt: str, table: str) -> str:
+    """Every source has the same tables: each source's gold tables carry its name."""
+    return f"{source_of(fmt)}_{dataset_part(table)}"
+
+
+def one_conf(rendered: RenderedSource, storage: Path) -> PipelineConf:
     conf = adhoc_conf(
         fmt=rendered.format,
         input_path=rendered.path,
@@ -33,21 +51,72 @@ def ingest_rendered(spark, rendered, storage):
         columns=[f"{t}={','.join(f'{c}:{v}' for c, v in cols.items())}" for t, cols in rendered.columns.items()],
         layout=rendered.layout,
     )
-    source = dataclasses.replace(conf.sources[0], options={**conf.sources[0].options, **rendered.options})
-    return run_pipeline(dataclasses.replace(conf, sources=(source,)), spark=spark)
+    [source] = conf.sources
+    tables = tuple(dataclasses.replace(t, name=gold_of(rendered.format, t.table)) for t in conf.tables)
+    source = dataclasses.replace(source, options={**source.options, **rendered.options})
+    return dataclasses.replace(conf, sources=(source,), tables=tables)
 
 
-# Clean input for the format the chaos test cannot take (DTS Avro is binary, not lines); every
-# other format's clean input is the chaos test's input less its noise, so it is not run twice.
-@pytest.mark.parametrize("fmt", sorted(f for f in RENDERERS if f not in CHAOS_FORMATS))
-def test_gold_equals_ground_truth(spark, tmp_path, fmt):
-    rendered = render(HISTORY, fmt, tmp_path / "input")
-    ingest_rendered(spark, rendered, tmp_path / "storage")
+@dataclasses.dataclass
+class Feed:
+    rendered: RenderedSource
+    pieces: list[list[str]]
+    noisy: int = 0
+    garbage: int = 0
+
+
+def feed_of(fmt: str, root: Path) -> Feed:
+    rendered = render(HISTORY, fmt, root / "clean" / fmt)
+    if fmt not in CHAOS_FORMATS:
+        return Feed(rendered, [])
+    rnd = random.Random(5)
+    lines = rendered.path.read_text(encoding="utf-8").split("\n")[:-1]  # one message per "\n"-ended line
+    noisy, garbage = chaos.malform(chaos.redeliver(chaos.interleave(lines, rnd), rnd), rnd)
+    feed = root / "feed" / fmt / rendered.path.name
+    feed.parent.mkdir(parents=True)
+    feed.touch()
+    return Feed(dataclasses.replace(rendered, path=feed), chaos.cuts(noisy, rnd, RUNS), len(noisy), garbage)
+
+
+@pytest.fixture(scope="module")
+def ingested(spark, tmp_path_factory) -> tuple[Path, dict[str, Feed]]:
+    root = tmp_path_factory.mktemp("conformance")
+    storage = root / "storage"
+    feeds = {fmt: feed_of(fmt, root) for fmt in sorted(RENDERERS)}
+    confs = [one_conf(feed.rendered, storage) for feed in feeds.values()]
+    conf = dataclasses.replace(
+        confs[0],
+        sources=tuple(s for c in confs for s in c.sources),
+        tables=tuple(t for c in confs for t in c.tables),
+    )
+    for run in range(RUNS):
+        for feed in feeds.values():
+            if run < len(feed.pieces):
+                with feed.rendered.path.open("a", encoding="utf-8") as handle:
+                    handle.write("".join(line + "\n" for line in feed.pieces[run]))
+        run_pipeline(conf, spark=spark)
+    return storage, feeds
+
+
+@pytest.mark.parametrize("fmt", sorted(RENDERERS))
+def test_gold_equals_ground_truth(spark, ingested, fmt):
+    storage, feeds = ingested
     problems = []
-    for table in rendered.keys:
-        problems += diff_scd1(HISTORY, table, gold_rows(spark, tmp_path / "storage", table, 1))
-        problems += diff_scd2(HISTORY, table, gold_rows(spark, tmp_path / "storage", table, 2))
+    for table in feeds[fmt].rendered.keys:
+        gold = gold_of(fmt, table)
+        problems += diff_scd1(HISTORY, table, read_rows(spark, storage, f"gold_{gold}"))
+        problems += diff_scd2(HISTORY, table, read_rows(spark, storage, f"gold_{gold}_history"))
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("fmt", sorted(CHAOS_FORMATS))
+def test_chaos_lands_every_line_once_and_quarantines_each_garbage_line(spark, ingested, fmt):
+    storage, feeds = ingested
+    feed = feeds[fmt]
+    assert len(feed.pieces) == RUNS  # the stream was cut: the second run resumed mid-stream
+    quarantined = read_rows(spark, storage, f"silver_{source_of(fmt)}_quarantine")
+    assert len(quarantined) == feed.garbage >= 1
+    assert datasets(storage)[f"bronze_{source_of(fmt)}"]["rows"] == feed.noisy
 
 
 def test_the_history_exercises_every_kind_of_change():
@@ -61,30 +130,3 @@ def test_the_history_exercises_every_kind_of_change():
     ]
     assert moved, "an update that changes a key"
     assert any(not t.keys for t in HISTORY.tables), "a table without a primary key"
-
-
-@pytest.mark.parametrize("fmt", sorted(CHAOS_FORMATS))
-def test_gold_equals_ground_truth_under_chaos(spark, tmp_path, fmt):
-    """Redelivered messages, interleaved partitions, 1% garbage, and the stream cut into 2 runs
-    (resuming mid-stream; the crash test resumes 20+ times)."""
-    rendered = render(HISTORY, fmt, tmp_path / "clean")
-    rnd = random.Random(5)
-    lines = rendered.path.read_text(encoding="utf-8").split("\n")[:-1]  # one message per "\n"-ended line
-    noisy, garbage = chaos.malform(chaos.redeliver(chaos.interleave(lines, rnd), rnd), rnd)
-    feed = tmp_path / "feed" / rendered.path.name
-    feed.parent.mkdir()
-    storage = tmp_path / "storage"
-    chaotic = dataclasses.replace(rendered, path=feed)
-    for piece in chaos.cuts(noisy, rnd, 2):
-        with feed.open("a", encoding="utf-8") as handle:
-            handle.write("".join(line + "\n" for line in piece))
-        ingest_rendered(spark, chaotic, storage)
-    problems = []
-    for table in rendered.keys:
-        problems += diff_scd1(HISTORY, table, gold_rows(spark, storage, table, 1))
-        problems += diff_scd2(HISTORY, table, gold_rows(spark, storage, table, 2))
-    assert not problems, "\n".join(problems)
-    source = rendered.format.replace("-", "_")
-    quarantined = read_rows(spark, storage, f"silver_{source}_quarantine")
-    assert len(quarantined) == garbage
-    assert datasets(storage)[f"bronze_{source}"]["rows"] == len(noisy)

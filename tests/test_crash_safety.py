@@ -19,10 +19,10 @@ HISTORY = generate_history(tables=1, transactions=600, seed=23)  # one table: th
 
 
 def test_ingest_killed_at_random_commit_points(spark, tmp_path):
-    # Six runs keep CI short (each starts a JVM); `make crash-drill` kills at least 20 times.
-    result = kill_drill(HISTORY, tmp_path, pieces=6, seed=42, batch_size=300, max_point=18)  # 18 per run here
+    # Four runs keep CI short (each starts a JVM); `make crash-drill` kills at least 20 times.
+    result = kill_drill(HISTORY, tmp_path, pieces=4, seed=42, batch_size=300, max_point=18)  # 18 per run here
 
-    assert len(result.kills) >= 4, result.kills
+    assert len(result.kills) >= 3, result.kills
     assert len(set(result.stages())) >= 2, result.stages()
     assert result.garbage >= 1
     problems = check(spark, HISTORY, result)
