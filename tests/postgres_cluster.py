@@ -123,7 +123,7 @@ class PostgresCluster:
 
     def transaction(self, script: str) -> None:
         """`script` committed as one transaction."""
-        self.sql(f"BEGIN;\n{script}\nCOMMIT;\n")
+        self.sql(f"BEGIN;\n{script};\nCOMMIT;\n")
 
     def _run(self, command: list[str], what: str) -> None:
         done = subprocess.run([*self._as, *command], capture_output=True, text=True, cwd=self.folder)

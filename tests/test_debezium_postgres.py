@@ -7,9 +7,10 @@ own account of its history. Kafka Connect (standalone) then runs Debezium's Post
 twice over it (`pgoutput`), once with the JSON converter's schema envelope and once without,
 each with its own slot, publication and topic prefix; both snapshot the rows, then stream a
 workload: inserts, updates and deletes over several transactions, a primary key update, an
-ALTER TABLE ADD COLUMN, a TRUNCATE, NULLs, and the column types users meet. The last
+ALTER TABLE ADD COLUMN, a TRUNCATE, unchanged TOASTed values in updates, NULLs, and the column
+types users meet. The last
 transaction's id tells when both connectors' offsets (committed only once every record before
-them is in Kafka) have passed it.
+them is in Kafka) have passed it; the workload itself starts once both snapshots are in Kafka.
 
 One pipeline run reads both connectors' topics from the broker. Then, per source, gold SCD1 must
 equal `SELECT *` of each table value by value, and gold SCD2 must hold, per key, one version per
@@ -74,7 +75,7 @@ END $$;
 CREATE TABLE items (
   id integer PRIMARY KEY, qty smallint, big bigint, price numeric(12,2), ratio numeric, score real,
   weight double precision, active boolean, born date, alarm time, seen timestamp, at timestamptz,
-  blob bytea, label text, doc json, meta jsonb, ref uuid, tags text[], nums integer[]
+  blob bytea, label text, doc json, meta jsonb, ref uuid, tags text[], nums integer[], body text
 );
 CREATE TABLE accounts (region text, code integer, owner text, balance numeric(14,4), PRIMARY KEY (region, code));
 ALTER TABLE accounts REPLICA IDENTITY FULL;
@@ -84,20 +85,25 @@ CREATE TRIGGER accounts_rows AFTER INSERT OR UPDATE OR DELETE ON accounts FOR EA
 CREATE TRIGGER accounts_truncate AFTER TRUNCATE ON accounts FOR EACH STATEMENT EXECUTE FUNCTION audited();
 """
 
-# Rows before the connectors start: they arrive as the snapshot (op `r`).
+# Rows before the connectors start: they arrive as the snapshot (op `r`). Rows 1 and 4 have values
+# large and random enough to be TOASTed: an update that leaves them unchanged does not log them
+# (REPLICA IDENTITY DEFAULT), and Debezium writes a placeholder instead.
 SNAPSHOT = r"""
 INSERT INTO items VALUES
  (1, 7, 9007199254740993, 12345678.90, 0.000001, 3.14, 2.718281828459045, true, '2024-02-29', '23:59:59.999999',
-  '2024-02-29 12:00:00.123456', '2024-02-29 23:59:59.999999+05:30', '\x00ff10', 'He said "hi" & it''s',
+  '2024-02-29 12:00:00.123456', '2024-02-29 23:59:59.999999+05:30',
+  decode((SELECT string_agg(md5((-i)::text), '') FROM generate_series(1, 100) AS i), 'hex'), 'He said "hi" & it''s',
   '{"a": [1, 2.50, null], "b": "ü"}', '{"z": 1, "a": {"k": "v"}}', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
-  ARRAY['x', 'y "quoted"', 'ünï'], ARRAY[1, -2, 3]),
+  ARRAY['x', 'y "quoted"', 'ünï'], ARRAY[1, -2, 3],
+  (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 200) AS i)),
  (2, -32768, -1, -0.01, 123456789.123456789, -0.5, -1e-300, false, '1900-01-01', '00:00:00',
   '1969-12-31 23:59:59.5', '1970-01-01 00:00:00+00', '\x', E'line1\nline2\ttab \\ back', '[]', '{}',
-  '00000000-0000-0000-0000-000000000000', ARRAY[]::text[], ARRAY[]::integer[]),
- (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+  '00000000-0000-0000-0000-000000000000', ARRAY[]::text[], ARRAY[]::integer[], ''),
+ (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
  (4, 1, 2, 3.00, 4, 5, 6, true, '2000-01-01', '12:30:00', '2000-01-01 00:00:00', '2000-01-01 00:00:00+00',
   '\xdeadbeef', 'Zürich – 東京 🚀', 'null', '"text"', 'ffffffff-ffff-ffff-ffff-ffffffffffff',
-  ARRAY[NULL, 'n'], ARRAY[NULL, 1]);
+  (SELECT array_agg(md5(i::text)) || ARRAY[NULL] FROM generate_series(1, 150) AS i), ARRAY[NULL, 1],
+  (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 300) AS i));
 INSERT INTO accounts VALUES ('eu', 1, 'Ana', 10.5), ('eu', 2, 'Bo', -3.25), ('us', 1, 'Cy', NULL), ('us', 2, 'Di', 0);
 """
 
@@ -166,19 +172,25 @@ def connectors(pg: PostgresCluster) -> dict[str, dict[str, str]]:
     return made
 
 
-def _wait_for_transaction(connect: KafkaConnect, txid: int, timeout: float = 90.0) -> None:
-    """Until each connector's committed offset is at transaction `txid` or later."""
-    deadline = time.monotonic() + timeout
+def _wait_for_offsets(connect: KafkaConnect, reached: Callable[[dict[str, Any]], bool], what: str) -> None:
+    """Until each connector has committed an offset for which `reached` holds (90 s at most)."""
+    deadline = time.monotonic() + 90
     while True:
-        reached = {}
-        for name in SOURCES:
-            offsets = connect.offsets(name)
-            reached[name] = max((int(o["offset"].get("txId") or 0) for o in offsets), default=0)
-        if all(t >= txid for t in reached.values()):
+        offsets = {name: [o["offset"] for o in connect.offsets(name)] for name in SOURCES}
+        if all(any(reached(o) for o in found) for found in offsets.values()):
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"connectors did not reach transaction {txid}: {reached}\n{connect.log_tail()}")
+            raise TimeoutError(f"connectors did not reach {what}: {offsets}\n{connect.log_tail()}")
         time.sleep(0.2)
+
+
+def _snapshot_done(offset: dict[str, Any]) -> bool:
+    """The snapshot's last record is in Kafka (or streaming has begun).
+
+    The workload must wait for it: a snapshot reads each table in a transaction that began when
+    its slot was made, and TRUNCATE is not MVCC-safe, so a table truncated before the snapshot
+    reads it would look empty to it, and its rows would never be captured."""
+    return offset.get("snapshot_completed") is True or "snapshot" not in offset
 
 
 def pipeline_conf(storage: Path, bootstrap_servers: str) -> PipelineConf:
@@ -222,10 +234,12 @@ def captured(request, tmp_path_factory) -> dict[str, Any]:
         pg.transaction(SETUP)
         pg.transaction(SNAPSHOT)
         with KafkaConnect(kafka_broker.bootstrap_servers, connectors(pg)) as connect:
+            _wait_for_offsets(connect, _snapshot_done, "the end of their snapshots")
             for script in WORKLOAD:
                 pg.transaction(script)
             txid = int(pg.sql(f"BEGIN; {LAST} COMMIT;").stdout.split()[-1])
-            _wait_for_transaction(connect, txid)
+            # Connect commits an offset once every record before it is in Kafka.
+            _wait_for_offsets(connect, lambda o: int(o.get("txId") or 0) >= txid, f"transaction {txid}")
         truth = {
             "types": {t: _column_types(pg, t) for t in KEYS},
             "tables": {t: _json_rows(pg, f"SELECT to_jsonb(t) FROM {t} AS t") for t in KEYS},
@@ -410,4 +424,6 @@ def test_every_message_is_a_change_or_a_tombstone(captured, source):
     assert {e["kind"] for e in events} == {"change", "tombstone"}
     ops = {(e["source_table"], e["op"]) for e in events if e["kind"] == "change"}
     assert ("accounts", "TRUNCATE") in ops
+    toasted = rows(captured["storage"], f"silver_{source}", ["source_table", "flags"])
+    assert any("unavailable_value_omitted" in (e["flags"] or ()) for e in toasted if e["source_table"] == "items")
     assert {op for table, op in ops if table == "items"} == {"SNAPSHOT", "INSERT", "UPDATE", "DELETE"}
