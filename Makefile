@@ -8,7 +8,7 @@ CONF ?= conf/local.yml
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup run test lint clean browser bench crash-drill kafka
+.PHONY: setup run test lint clean browser postgres bench crash-drill kafka
 
 setup: $(STAMP)
 
@@ -23,7 +23,7 @@ run: $(STAMP)
 	$(BIN)/cdc-medallion run --conf $(CONF)
 	$(BIN)/cdc-medallion status --conf $(CONF)
 
-test: $(STAMP) browser
+test: $(STAMP) browser postgres
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 3 --dist loadgroup --durations=15
 
@@ -33,6 +33,21 @@ browser:
 	@test -x /usr/bin/chromium || { \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
 	  || echo "chromium could not be installed: the browser test will skip"; }
+
+# The Debezium capture test runs Debian's PostgreSQL 15 in a cluster of its own (a temporary folder,
+# a free port). Installed only when missing, and without the package's system cluster: none is
+# created (createcluster.d) and, unless a policy-rc.d is already there, no service is started.
+# Where it cannot be installed (not root, no apt), the test skips and says why.
+PG_BIN := /usr/lib/postgresql/15/bin
+POLICY_RC := /usr/sbin/policy-rc.d
+postgres:
+	@test -x $(PG_BIN)/postgres || { \
+	  (apt-get update -qq && mkdir -p /etc/postgresql-common/createcluster.d \
+	   && echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/cdc-medallion.conf || exit 1; \
+	   made=; if [ ! -e $(POLICY_RC) ]; then printf '#!/bin/sh\nexit 101\n' > $(POLICY_RC) && chmod +x $(POLICY_RC) && made=1; fi; \
+	   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; status=$$?; \
+	   [ -z "$$made" ] || rm -f $(POLICY_RC); exit $$status) >/dev/null 2>&1 \
+	  || echo "postgresql could not be installed: the Debezium capture test will skip"; }
 
 # Benchmarks (not tests; nothing asserts a time). BENCH_N changes per format, default 1,000,000;
 # BENCH_FORMATS, BENCH_PARTS and BENCH_10M=1 narrow or widen it (bench/run.py). PyFlink, the peer,

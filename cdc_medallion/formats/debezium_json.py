@@ -3,12 +3,15 @@
 Ops c/u/d/r/t map to INSERT/UPDATE/DELETE/SNAPSHOT/TRUNCATE; `m` (logical decoding message)
 is an informational event; a null value is a tombstone (counted, not a change), an empty one quarantined. Types
 come from the envelope schema, including Debezium's logical types; without a schema they are
-inferred from the JSON values. Order: PostgreSQL lsn, MySQL file+pos+row, SQL Server
+inferred from the JSON values. A value Debezium could not read (PostgreSQL's unchanged TOASTed
+columns, written as `unavailable.value.placeholder`) is left out of its image, so gold keeps the
+column's value, as for any partial image. Order: PostgreSQL lsn, MySQL file+pos+row, SQL Server
 commit/change lsn, Oracle scn, else ts_ms — always with the landing position as tie-breaker.
 """
 
 from __future__ import annotations
 
+import base64
 import binascii
 import datetime as dt
 import decimal
@@ -101,6 +104,9 @@ LOGICAL_TYPES = {
     "io.debezium.data.Bits": "binary",
 }
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
+# What Debezium writes for a value it does not have: PostgreSQL logs an unchanged TOASTed column of
+# an update (or a delete) only with REPLICA IDENTITY FULL.
+UNAVAILABLE = "__debezium_unavailable_value"
 
 # `{"schema": S, "payload": P}` as Kafka Connect's JsonConverter writes it (JSON whitespace only).
 _ENVELOPE_HEAD = re.compile(rb'[ \t\r\n]*\{[ \t\r\n]*"schema"[ \t\r\n]*:')
@@ -138,11 +144,18 @@ class DebeziumJson(Format):
     options: ClassVar[Mapping[str, tuple[Any, str]]] = {
         "table": (None, "table name for messages whose source block names none (schemaless test data)"),
         "schema": (None, "schema name for such messages"),
+        "unavailable_value_placeholder": (
+            UNAVAILABLE,
+            "the connector's `unavailable.value.placeholder`: a column holding it is left out of the image",
+        ),
     }
 
     def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(source_name, options)
         self._schemas: dict[bytes, ValueSchema] = {}
+        # The placeholder as text, and as the JSON converter writes it in a bytes column (base64).
+        text = self.settings["unavailable_value_placeholder"]
+        self._placeholders = (str(text), base64.b64encode(str(text).encode()).decode()) if text else None
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         enveloped = self._read_envelope(message.value)
@@ -263,6 +276,11 @@ class DebeziumJson(Format):
             flags.append("before_from_message_key")
         if op == OP_UPDATE and before_raw is None:
             flags.append("before_image_missing")
+        if self._placeholders is not None:
+            available = [_available(i, self._placeholders, value_schema.fields) for i in (before_raw, after_raw)]
+            if available[0] is not before_raw or available[1] is not after_raw:
+                flags.append("unavailable_value_omitted")
+            before_raw, after_raw = available
         before = _image(before_raw, value_schema.decoders, "payload.before")
         after = _image(after_raw, value_schema.decoders, "payload.after")
         if value_schema.fields:
@@ -342,6 +360,28 @@ class DebeziumJson(Format):
 # --- helpers ----------------------------------------------------------------------------------
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _available(
+    image: dict[str, Any] | None, placeholders: tuple[str, str], fields: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The image without the columns Debezium wrote its placeholder for: as text, as base64 in a
+    bytes column (any column of a schemaless message: its type is unknown), or as the one element
+    of an array. The same object when it has none (the usual case)."""
+    if not image:
+        return image
+    text, encoded = placeholders
+
+    def unavailable(column: str, value: Any) -> bool:
+        if type(value) is str:
+            if value == text:
+                return True
+            return value == encoded and str((fields.get(column) or {"type": "bytes"}).get("type")) == "bytes"
+        return type(value) is list and len(value) == 1 and value[0] == text
+
+    if not any(unavailable(c, v) for c, v in image.items()):
+        return image
+    return {c: v for c, v in image.items() if not unavailable(c, v)}
 
 
 def _value_fields(schema: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:

@@ -77,7 +77,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _guard() -> Callable[[], None] | None:
+def guard() -> Callable[[], None] | None:
     """The kernel's "parent died" signal follows the thread that started the child, not the
     process: a broker (re)started from a short-lived thread would be stopped when that thread
     ends. Only a start from the main thread gets the guard; `stop()` / `close()` cover the rest."""
@@ -126,7 +126,7 @@ class KafkaBroker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                preexec_fn=_guard(),  # async-signal-safe: one prctl call before exec
+                preexec_fn=guard(),  # async-signal-safe: one prctl call before exec
             )
         self._wait_started(offset, timeout)
         return self

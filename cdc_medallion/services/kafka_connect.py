@@ -1,0 +1,213 @@
+"""A standalone Kafka Connect worker with Debezium's PostgreSQL connector, from Maven Central jars.
+
+Users' Debezium messages are written by Kafka Connect's JSON converter, so the capture path is
+tested against the real thing: Connect's runtime (`org.apache.kafka:connect-runtime`) and
+`io.debezium:debezium-connector-postgres`, fetched once with Maven
+(`jars.copy_packages`) into the user cache and run as `ConnectStandalone` in a JVM of its own
+(its classpath never meets Spark's). Standalone mode keeps the source offsets in a local file,
+so no internal topics are needed; the REST API listens on a free loopback port and tells when
+the connectors run and which source offsets they committed.
+
+Connect's version is not the broker's (`KAFKA_VERSION`, 4.4.0): Debezium 3.6 is built against
+Kafka 4.3 (`version.kafka` in its build parent pom), and on Connect 4.4 its task fails at start
+(`NoClassDefFoundError: org/apache/kafka/common/utils/Sanitizer`, a class Kafka 4.4 removed from
+kafka-clients). So the worker runs Connect 4.3.1, the newest 4.3 release; its clients talk to the
+4.4 broker as any older client does.
+
+The worker finds the connector on its classpath through Debezium's service manifests
+(`plugin.discovery=service_load`): no `plugin.path`, no classpath scan at start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from cdc_medallion import jars
+from cdc_medallion.services.kafka_broker import free_port, guard
+
+CONNECT_VERSION = "4.3.1"
+DEBEZIUM_VERSION = "3.6.1.Final"
+PACKAGES = (
+    f"org.apache.kafka:connect-runtime:{CONNECT_VERSION}",
+    f"org.apache.kafka:connect-json:{CONNECT_VERSION}",
+    f"io.debezium:debezium-connector-postgres:{DEBEZIUM_VERSION}",
+    "org.apache.logging.log4j:log4j-slf4j-impl:2.24.3",  # Connect logs through SLF4J 1.x, as the broker
+)
+POSTGRES_CONNECTOR = "io.debezium.connector.postgresql.PostgresConnector"
+JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
+# A test worker moves a few hundred records: a small heap, the quick JIT, the serial collector.
+JAVA_OPTIONS = ("-Xms64m", "-Xmx320m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Djava.awt.headless=true")
+_LOG4J = """rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = out
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+logger.debezium.name = io.debezium
+logger.debezium.level = INFO
+"""
+
+
+def connect_jars(say=print) -> list[str]:
+    """The worker's classpath, fetched from Maven Central the first time."""
+    folder = jars.cache_root() / f"connect-{CONNECT_VERSION}-debezium-{DEBEZIUM_VERSION}"
+    return jars.copy_packages(list(PACKAGES), folder, say=say)
+
+
+def json_converters(schemas: bool) -> dict[str, str]:
+    """A connector's converter settings: Kafka Connect's JSON, with or without the schema envelope."""
+    enabled = "true" if schemas else "false"
+    return {
+        "key.converter": JSON_CONVERTER,
+        "key.converter.schemas.enable": enabled,
+        "value.converter": JSON_CONVERTER,
+        "value.converter.schemas.enable": enabled,
+    }
+
+
+class KafkaConnect:
+    """One standalone worker running the connectors given as name -> properties."""
+
+    def __init__(self, bootstrap_servers: str, connectors: Mapping[str, Mapping[str, str]], say=print) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.connectors = {name: dict(props) for name, props in connectors.items()}
+        self.folder = Path(tempfile.mkdtemp(prefix="cdc-medallion-connect-"))
+        self.port = free_port()
+        self.say = say
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def log_file(self) -> Path:
+        return self.folder / "connect.log"
+
+    def start(self, timeout: float = 120.0) -> KafkaConnect:
+        """Start the worker and wait until every connector and its task is RUNNING."""
+        classpath = os.pathsep.join(connect_jars(self.say))
+        java = shutil.which("java")
+        if java is None:
+            raise FileNotFoundError("java is needed to run Kafka Connect (Java 17 or later)")
+        files = [self._write(f"{name}.properties", {"name": name, **props}) for name, props in self.connectors.items()]
+        worker = self._write("worker.properties", self._worker_settings())
+        logging = self.folder / "log4j2.properties"
+        logging.write_text(_LOG4J, encoding="utf-8")
+        with self.log_file.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    java,
+                    *JAVA_OPTIONS,
+                    f"-Dlog4j2.configurationFile={logging}",
+                    "-cp",
+                    classpath,
+                    "org.apache.kafka.connect.cli.ConnectStandalone",
+                    worker,
+                    *files,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=guard(),
+            )
+        deadline = time.monotonic() + timeout
+        for name in self.connectors:
+            self._wait_running(name, deadline)
+        return self
+
+    def _worker_settings(self) -> dict[str, str]:
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            **json_converters(schemas=True),
+            "offset.storage.file.filename": str(self.folder / "offsets"),
+            # Offsets (and so what `offsets()` reports) are committed often: tests wait on them.
+            "offset.flush.interval.ms": "200",
+            "listeners": f"http://127.0.0.1:{self.port}",
+            "rest.advertised.host.name": "127.0.0.1",
+            "plugin.discovery": "service_load",
+            "task.shutdown.graceful.timeout.ms": "2000",
+        }
+
+    def _write(self, name: str, settings: Mapping[str, str]) -> str:
+        path = self.folder / name
+        path.write_text("".join(f"{k}={_escaped(v)}\n" for k, v in settings.items()), encoding="utf-8")
+        return str(path)
+
+    def rest(self, path: str) -> Any:
+        """GET a REST resource of the worker, as JSON."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=10) as answer:
+            return json.load(answer)
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self.rest(f"/connectors/{name}/status")
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return None  # not listening yet, or the connector is not created yet
+
+    def offsets(self, name: str) -> list[dict[str, Any]]:
+        """The connector's committed source offsets: each a `partition` and an `offset` mapping.
+
+        Connect commits an offset only once every record before it is acknowledged by the
+        broker, so an offset past a transaction means its records are all in Kafka."""
+        return self.rest(f"/connectors/{name}/offsets").get("offsets", [])
+
+    def _wait_running(self, name: str, deadline: float) -> None:
+        assert self.process is not None
+        while True:
+            status = self.status(name)
+            if status is not None:
+                states = [status["connector"]["state"], *(t["state"] for t in status.get("tasks", []))]
+                if "FAILED" in states:
+                    traces = "".join(p.get("trace", "") for p in [status["connector"], *status.get("tasks", [])])
+                    raise RuntimeError(f"connector {name} failed: {traces[:4000]}\n{self.log_tail()}")
+                if len(states) > 1 and all(s == "RUNNING" for s in states):
+                    return
+            if self.process.poll() is not None:
+                raise RuntimeError(f"Kafka Connect exited ({self.process.returncode}):\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"connector {name} is not running ({status}):\n{self.log_tail()}")
+            time.sleep(0.2)
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log_file.read_text(encoding="utf-8", errors="replace") if self.log_file.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM (connectors stop, offsets are flushed); SIGKILL after `timeout`."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> KafkaConnect:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _escaped(value: str) -> str:
+    """A value as a Java properties file reads it back (backslashes are escapes there)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
