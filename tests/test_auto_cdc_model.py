@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import ArrayType, IntegerType, StringType, StructField, StructType
@@ -121,12 +122,14 @@ def examples(count: int) -> settings:
     )
 
 
+@pytest.mark.slow
 @examples(6)
 @given(batches=histories())
 def test_scd1_batch_by_batch_gives_the_model_of_the_whole_history(spark, tmp_path_factory, batches):
     check_against_the_model(spark, tmp_path_factory, batches, FLOWS["scd1"])
 
 
+@pytest.mark.slow
 @examples(10)
 @given(batches=histories())
 def test_scd2_batch_by_batch_gives_the_model_of_the_whole_history(spark, tmp_path_factory, batches):

@@ -11,13 +11,16 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from cdc_medallion.generator.drill import check, kill_drill
 from cdc_medallion.generator.history import generate_history
-from tests.helpers import gold_rows, read_rows
+from tests.helpers import gold_rows, ingest, read_rows
 
 HISTORY = generate_history(tables=1, transactions=600, seed=23)  # one table: the drill is about commits, not keys
 
 
+@pytest.mark.slow
 def test_ingest_killed_at_random_commit_points(spark, tmp_path):
     # Four runs keep CI short (each starts a JVM); `make crash-drill` kills at least 20 times.
     result = kill_drill(HISTORY, tmp_path, pieces=4, seed=42, batch_size=300, max_point=18)  # 18 per run here
@@ -29,6 +32,7 @@ def test_ingest_killed_at_random_commit_points(spark, tmp_path):
     assert not problems, "\n".join(problems[:20])
 
 
+@pytest.mark.slow
 def test_a_kill_between_a_quarantine_write_and_its_dataset_write_quarantines_once(spark, tmp_path):
     """Silver commits a batch's quarantined rows, then its valid rows. Killed in between, the
     next run (after more lines arrived) commits the valid rows and quarantines nothing twice."""
@@ -50,7 +54,7 @@ def test_a_kill_between_a_quarantine_write_and_its_dataset_write_quarantines_onc
     assert "silver_debezium_json_quarantine" in killed.stdout
     with feed.open("a", encoding="utf-8") as handle:
         handle.write("\n".join([good % (30, 3), "garbage two"]) + "\n")
-    subprocess.run(command, env=env, check=True, capture_output=True, timeout=600)
+    ingest(spark, "debezium-json", feed, storage, keys={"t": "id"})  # the next run, in this process
 
     quarantined = sorted(r["raw_message"] for r in read_rows(spark, storage, "silver_debezium_json_quarantine"))
     assert quarantined == ["garbage one", "garbage two"]

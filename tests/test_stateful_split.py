@@ -37,6 +37,8 @@ HISTORIES = {
     "qlik-json": generate_history(tables=1, transactions=8, seed=31),
 }
 FORMATS = tuple(HISTORIES)
+# One worker runs the module, so its two pipeline runs run once.
+pytestmark = pytest.mark.xdist_group("stateful_split")
 # Columns that say when a row was landed or written, which two runs cannot share.
 RUN_COLUMNS = {"ingest_ts", "_ingest_ts", "__event_ts"}
 
