@@ -52,7 +52,7 @@ from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.services.kafka_connect import POSTGRES_CONNECTOR, KafkaConnect, json_converters
 from tests.conftest import REPO
 from tests.kafka_feed import rows, status
-from tests.postgres_cluster import DATABASE, SUPERUSER, PostgresCluster, Unavailable
+from cdc_medallion.services.postgres import DATABASE, SUPERUSER, PostgresCluster, Unavailable
 
 pytestmark = pytest.mark.xdist_group("kafka")
 
