@@ -50,9 +50,9 @@ import pytest
 from cdc_medallion.config import PipelineConf, SourceConf, TableConf, load_conf
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.services.kafka_connect import POSTGRES_CONNECTOR, KafkaConnect, json_converters
+from cdc_medallion.services.postgres import DATABASE, SUPERUSER, PostgresCluster, Unavailable
 from tests.conftest import REPO
 from tests.kafka_feed import rows, status
-from cdc_medallion.services.postgres import DATABASE, SUPERUSER, PostgresCluster, Unavailable
 
 pytestmark = pytest.mark.xdist_group("kafka")
 
