@@ -8,7 +8,7 @@ CONF ?= conf/local.yml
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup run test lint clean browser postgres bench crash-drill kafka
+.PHONY: setup run test lint clean browser postgres bench crash-drill kafka demo-kafka
 
 setup: $(STAMP)
 
@@ -71,6 +71,11 @@ crash-drill: $(STAMP)
 KAFKA_PORT ?= 9092
 kafka: $(STAMP)
 	$(BIN)/python -m cdc_medallion.services.kafka_broker --port $(KAFKA_PORT) $(if $(KAFKA_DATA),--data $(KAFKA_DATA))
+
+# Issue 42's quickstart on live CDC: a broker, PostgreSQL and Debezium, a short workload, the pipeline
+# from Kafka, `status` and the report, gold compared with the database; everything it starts is stopped.
+demo-kafka: $(STAMP) postgres
+	$(BIN)/python -m cdc_medallion.demo_kafka
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
