@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -9,8 +10,11 @@ from typing import Any
 
 from cdc_medallion.adhoc import adhoc_conf
 from cdc_medallion.catalog import dataset_status, gold_dataset, read_dataset
+from cdc_medallion.config import PipelineConf
 from cdc_medallion.formats import get_format
 from cdc_medallion.formats.message import BronzeMessage
+from cdc_medallion.generator.renderers import RenderedSource
+from cdc_medallion.identifiers import dataset_part
 from cdc_medallion.pipeline import RunSummary, run_pipeline
 
 
@@ -40,6 +44,34 @@ def ingest(
         max_messages_per_batch=batch_size,
     )
     return run_pipeline(conf, spark=spark, quality=quality)
+
+
+def source_of(fmt: str) -> str:
+    """The source name `adhoc_conf` gives a format."""
+    return fmt.replace("-", "_")
+
+
+def gold_of(fmt: str, table: str) -> str:
+    """In a pipeline of several rendered sources, each source's gold tables carry its name."""
+    return f"{source_of(fmt)}_{dataset_part(table)}"
+
+
+def rendered_pipeline(rendered: list[RenderedSource], storage: Path) -> PipelineConf:
+    """One pipeline with a source per rendered format, its tables named by `gold_of`."""
+    sources, tables = [], []
+    for one in rendered:
+        conf = adhoc_conf(
+            fmt=one.format,
+            input_path=one.path,
+            storage=storage,
+            keys=[f"{t}={','.join(k)}" for t, k in one.keys.items()],
+            columns=[f"{t}={','.join(f'{c}:{v}' for c, v in cols.items())}" for t, cols in one.columns.items()],
+            layout=one.layout,
+        )
+        [source] = conf.sources
+        sources.append(dataclasses.replace(source, options={**source.options, **one.options}))
+        tables += [dataclasses.replace(t, name=gold_of(one.format, t.table)) for t in conf.tables]
+    return dataclasses.replace(conf, sources=tuple(sources), tables=tuple(tables))
 
 
 def datasets(storage: Path) -> dict[str, dict[str, Any]]:

@@ -16,15 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from cdc_medallion.adhoc import adhoc_conf
-from cdc_medallion.config import PipelineConf
 from cdc_medallion.generator import chaos
 from cdc_medallion.generator.compare import diff_scd1, diff_scd2
 from cdc_medallion.generator.history import generate_history
 from cdc_medallion.generator.renderers import RENDERERS, RenderedSource, render
-from cdc_medallion.identifiers import dataset_part
 from cdc_medallion.pipeline import run_pipeline
-from tests.helpers import datasets, read_rows
+from tests.helpers import datasets, gold_of, read_rows, rendered_pipeline, source_of
 
 # One worker runs the module, so the pipeline of all formats runs once.
 pytestmark = pytest.mark.xdist_group("conformance")
@@ -32,30 +29,6 @@ pytestmark = pytest.mark.xdist_group("conformance")
 HISTORY = generate_history(tables=3, transactions=30, seed=11)
 CHAOS_FORMATS = frozenset(f for f in RENDERERS if f != "dts-avro")  # formats of one message per line
 RUNS = 1
-
-
-def source_of(fmt: str) -> str:
-    return fmt.replace("-", "_")
-
-
-def gold_of(fmt: str, table: str) -> str:
-    """Every source has the same tables: each source's gold tables carry its name."""
-    return f"{source_of(fmt)}_{dataset_part(table)}"
-
-
-def one_conf(rendered: RenderedSource, storage: Path) -> PipelineConf:
-    conf = adhoc_conf(
-        fmt=rendered.format,
-        input_path=rendered.path,
-        storage=storage,
-        keys=[f"{t}={','.join(k)}" for t, k in rendered.keys.items()],
-        columns=[f"{t}={','.join(f'{c}:{v}' for c, v in cols.items())}" for t, cols in rendered.columns.items()],
-        layout=rendered.layout,
-    )
-    [source] = conf.sources
-    tables = tuple(dataclasses.replace(t, name=gold_of(rendered.format, t.table)) for t in conf.tables)
-    source = dataclasses.replace(source, options={**source.options, **rendered.options})
-    return dataclasses.replace(conf, sources=(source,), tables=tables)
 
 
 @dataclasses.dataclass
@@ -84,12 +57,7 @@ def ingested(spark, tmp_path_factory) -> tuple[Path, dict[str, Feed]]:
     root = tmp_path_factory.mktemp("conformance")
     storage = root / "storage"
     feeds = {fmt: feed_of(fmt, root) for fmt in sorted(RENDERERS)}
-    confs = [one_conf(feed.rendered, storage) for feed in feeds.values()]
-    conf = dataclasses.replace(
-        confs[0],
-        sources=tuple(s for c in confs for s in c.sources),
-        tables=tuple(t for c in confs for t in c.tables),
-    )
+    conf = rendered_pipeline([feed.rendered for feed in feeds.values()], storage)
     for run in range(RUNS):
         for feed in feeds.values():
             if run < len(feed.pieces):

@@ -19,14 +19,12 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from cdc_medallion.adhoc import adhoc_conf
 from cdc_medallion.config import PipelineConf
 from cdc_medallion.generator.compare import diff_scd1, diff_scd2
 from cdc_medallion.generator.history import generate_history
 from cdc_medallion.generator.renderers import RenderedSource, render
-from cdc_medallion.identifiers import dataset_part
 from cdc_medallion.pipeline import run_pipeline
-from tests.helpers import datasets, read_rows, timeless
+from tests.helpers import datasets, gold_of, read_rows, rendered_pipeline, timeless
 
 # A history per format, of about the same size in each format's messages (25-40 KB), so that one
 # landing bound cuts each into about as many micro-batches. One table: every micro-batch costs
@@ -43,33 +41,9 @@ pytestmark = pytest.mark.xdist_group("stateful_split")
 RUN_COLUMNS = {"ingest_ts", "_ingest_ts", "__event_ts"}
 
 
-def gold_of(fmt: str, table: str) -> str:
-    return f"{fmt.replace('-', '_')}_{dataset_part(table)}"
-
-
-def one_conf(rendered: RenderedSource, storage: Path) -> PipelineConf:
-    conf = adhoc_conf(
-        fmt=rendered.format,
-        input_path=rendered.path,
-        storage=storage,
-        keys=[f"{t}={','.join(k)}" for t, k in rendered.keys.items()],
-        columns=[f"{t}={','.join(f'{c}:{v}' for c, v in cols.items())}" for t, cols in rendered.columns.items()],
-        layout=rendered.layout,
-    )
-    [source] = conf.sources
-    tables = tuple(dataclasses.replace(t, name=gold_of(rendered.format, t.table)) for t in conf.tables)
-    source = dataclasses.replace(source, options={**source.options, **rendered.options})
-    return dataclasses.replace(conf, sources=(source,), tables=tables)
-
-
 def ingest_all(rendered: list[RenderedSource], storage: Path, max_bytes: int | None) -> PipelineConf:
     """The three formats' messages, a source each, in one pipeline (its run is the caller's)."""
-    confs = [one_conf(source, storage) for source in rendered]
-    conf = dataclasses.replace(
-        confs[0],
-        sources=tuple(s for c in confs for s in c.sources),
-        tables=tuple(t for c in confs for t in c.tables),
-    )
+    conf = rendered_pipeline(rendered, storage)
     if max_bytes is not None:
         conf = dataclasses.replace(conf, max_bytes_per_batch=max_bytes)
     return conf
