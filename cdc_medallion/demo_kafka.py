@@ -22,7 +22,6 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -92,19 +91,6 @@ def connector(pg: Any) -> dict[str, str]:
         "publication.name": "demo_publication",
         **json_converters(schemas=True),
     }
-
-
-def wait_for_offset(connect: Any, reached: Any, what: str, timeout: float = 90.0) -> None:
-    """Poll Connect's committed offsets until one satisfies `reached` (committed only once every
-    record before it is in Kafka)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        offsets = [o["offset"] for o in connect.offsets(CONNECTOR)]
-        if any(reached(o) for o in offsets):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the connector did not reach {what}: {offsets}\n{connect.log_tail()}")
-        time.sleep(0.2)
 
 
 def source_rows(pg: Any, table: str) -> list[dict[str, Any]]:
@@ -184,8 +170,8 @@ def main() -> int:
                 say(f"demo-kafka: PostgreSQL on port {pg.port}; starting Kafka Connect with Debezium")
                 with KafkaConnect(broker.bootstrap_servers, {CONNECTOR: connector(pg)}, say=say) as connect:
                     say("demo-kafka: waiting for the snapshot to be in Kafka")
-                    wait_for_offset(
-                        connect,
+                    connect.wait_for_offsets(
+                        [CONNECTOR],
                         lambda o: o.get("snapshot_completed") is True or "snapshot" not in o,
                         "the end of its snapshot",
                     )
@@ -194,7 +180,9 @@ def main() -> int:
                         pg.transaction(script)
                     txid = int(pg.sql(f"BEGIN; {LAST} COMMIT;").stdout.split()[-1])
                     say(f"demo-kafka: waiting for the connector's offset to pass transaction {txid}")
-                    wait_for_offset(connect, lambda o: int(o.get("txId") or 0) >= txid, f"transaction {txid}")
+                    connect.wait_for_offsets(
+                        [CONNECTOR], lambda o: int(o.get("txId") or 0) >= txid, f"transaction {txid}"
+                    )
                 expected = {table: source_rows(pg, table) for table in KEYS}
             finally:
                 say("demo-kafka: stopping PostgreSQL")

@@ -40,7 +40,6 @@ import datetime as dt
 import decimal
 import json
 import struct
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -172,18 +171,6 @@ def connectors(pg: PostgresCluster) -> dict[str, dict[str, str]]:
     return made
 
 
-def _wait_for_offsets(connect: KafkaConnect, reached: Callable[[dict[str, Any]], bool], what: str) -> None:
-    """Until each connector has committed an offset for which `reached` holds (90 s at most)."""
-    deadline = time.monotonic() + 90
-    while True:
-        offsets = {name: [o["offset"] for o in connect.offsets(name)] for name in SOURCES}
-        if all(any(reached(o) for o in found) for found in offsets.values()):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"connectors did not reach {what}: {offsets}\n{connect.log_tail()}")
-        time.sleep(0.2)
-
-
 def _snapshot_done(offset: dict[str, Any]) -> bool:
     """The snapshot's last record is in Kafka (or streaming has begun).
 
@@ -234,12 +221,12 @@ def captured(request, tmp_path_factory) -> dict[str, Any]:
         pg.transaction(SETUP)
         pg.transaction(SNAPSHOT)
         with KafkaConnect(kafka_broker.bootstrap_servers, connectors(pg)) as connect:
-            _wait_for_offsets(connect, _snapshot_done, "the end of their snapshots")
+            connect.wait_for_offsets(SOURCES, _snapshot_done, "the end of their snapshots")
             for script in WORKLOAD:
                 pg.transaction(script)
             txid = int(pg.sql(f"BEGIN; {LAST} COMMIT;").stdout.split()[-1])
             # Connect commits an offset once every record before it is in Kafka.
-            _wait_for_offsets(connect, lambda o: int(o.get("txId") or 0) >= txid, f"transaction {txid}")
+            connect.wait_for_offsets(SOURCES, lambda o: int(o.get("txId") or 0) >= txid, f"transaction {txid}")
         truth = {
             "types": {t: _column_types(pg, t) for t in KEYS},
             "tables": {t: _json_rows(pg, f"SELECT to_jsonb(t) FROM {t} AS t") for t in KEYS},

@@ -1,66 +1,46 @@
-"""Bronze from a real Kafka broker, every format: the same messages, the same tables.
+"""Bronze from a real Kafka broker, every format: the same messages, the same outcomes, true gold.
 
-One pipeline run reads the ten formats' messages from files (the embedded samples of `make run`,
-and for Maxwell, OGG and AWS DMS, which have none, a small generated history); their bronze rows
-are produced into a real broker (keys, headers, three partitions per topic, DTS Avro as binary
-values), and one more run reads them through Spark's Kafka source. Gold must be the same table
-for table, row for row; silver must account for the same messages; bronze must hold each
-produced record once, with its Kafka coordinates. Two bad records ride along in the Kafka run
-(bytes that are no message of their format, an empty value) and a tombstone: each lands once,
-in quarantine (or, the tombstone, as a counted `tombstone` event) with its topic, partition and
-offset, and changes nothing in gold.
+One history (cdc_medallion/generator) is rendered by each of the ten formats. A first update
+reads the renderings from files, bronze and silver only; its bronze rows are produced into a
+real broker (keys, headers, three partitions per topic, DTS Avro as binary values), and a whole
+run reads them through Spark's Kafka source. Gold must equal the history's ground truth, SCD1
+and SCD2, for every format; every message must have the outcome it had from its file; bronze
+must hold each produced record once, with its Kafka coordinates. Two bad records ride along in
+the Kafka run (bytes that are no message of their format, an empty value) and a tombstone: each
+lands once, in quarantine (or, the tombstone, as a counted `tombstone` event) with its topic,
+partition and offset, and changes nothing in gold.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
 
-from cdc_medallion.config import InputConf, PipelineConf, SourceConf, TableConf, load_conf
+from cdc_medallion.config import PipelineConf
+from cdc_medallion.generator.compare import diff_scd1, diff_scd2
 from cdc_medallion.generator.history import generate_history
-from cdc_medallion.generator.renderers import render
+from cdc_medallion.generator.renderers import RENDERERS, render
 from cdc_medallion.layers import bronze_name, silver_name
 from cdc_medallion.pipeline import run_pipeline
-from tests.conftest import REPO
-from tests.kafka_feed import ORIGIN_HEADER, has, path_of, produce, records, ref_of, rows, status, topic_of
+from cdc_medallion.runner.local import LocalRunner
+from tests.helpers import gold_of, read_rows, rendered_pipeline, source_of
+from tests.kafka_feed import ORIGIN_HEADER, has, produce, records, ref_of, rows
 
 pytestmark = pytest.mark.xdist_group("kafka")
 
 PARTITIONS = 3
-GENERATED = ("maxwell-json", "ogg-json", "aws-dms-json")  # the formats without an embedded sample
-SEQUENCES = ("__sequence", "__START_AT", "__END_AT")
-# The landing position inside a sequence (BronzeMessage.position): a file and its line number, or a
-# topic, partition and offset; each sequence part is cut by "|".
-POSITION = r"\|[^|]*/(\d{12}|\d{6}/\d{20})(?=\||$)"
+# One table: a run's cost follows its tables, and the formats' own tests cover many.
+HISTORY = generate_history(tables=1, transactions=10, seed=42)
 
 
 def file_conf(work: Path) -> PipelineConf:
-    """conf/local.yml's seven samples plus the three generated sources, read from files."""
-    base = load_conf(REPO / "conf" / "local.yml")
-    sources = [
-        s if s.input.layout == "kafka-dump" else dataclasses.replace(s, topic=topic_of(s.name)) for s in base.sources
-    ]
-    tables = list(base.tables)
-    history = generate_history(tables=1, transactions=10, seed=42)  # one table: every run costs per table
-    for fmt in GENERATED:
-        name = fmt.replace("-", "_")
-        rendered = render(history, fmt, work / "generated" / fmt)
-        assert rendered.layout == "kafka-dump"
-        # The renderers name every topic `gen.<db>.<table>`: one source's topics each here.
-        text = rendered.path.read_text(encoding="utf-8")
-        rendered.path.write_text(text.replace('"topic":"gen.', f'"topic":"{name}.'), encoding="utf-8")
-        sources.append(SourceConf(name, fmt, InputConf(rendered.path, "kafka-dump"), options=rendered.options))
-        tables += [
-            TableConf(source=name, table=t, keys=k, columns=rendered.columns.get(t, {}), name=f"{name}_{t}")
-            for t, k in rendered.keys.items()
-        ]
-    return dataclasses.replace(base, storage=work / "files", sources=tuple(sources), tables=tuple(tables))
+    """Each format's rendering of the history, a source each, read from files."""
+    rendered = [render(HISTORY, fmt, work / "rendered" / fmt) for fmt in sorted(RENDERERS)]
+    return rendered_pipeline(rendered, work / "files")
 
 
 def kafka_conf(conf: PipelineConf, storage: Path, bootstrap_servers: str, topics: dict[str, list[str]]) -> PipelineConf:
@@ -94,55 +74,41 @@ def bad_records(topic: str, partition: int) -> list[dict[str, Any]]:
 
 FAULT_PARTITION = 1
 # The bad records go to the DTS Avro topic (binary values) and a Canal one (JSON text).
-FAULT_TOPICS = {"dts_warehouse": "dts_warehouse", "canal_crm": topic_of("canal_crm")}
+FAULT_SOURCES = (source_of("dts-avro"), source_of("canal-json"))
 
 
 @pytest.fixture(scope="module")
 def runs(spark, kafka_broker, tmp_path_factory) -> dict[str, Any]:
-    """The file-layout run, the records produced from its bronze, and the Kafka run."""
+    """The files' bronze and silver, the records produced from its bronze, and the Kafka run."""
     work = tmp_path_factory.mktemp("kafka")
     files = file_conf(work)
-    run_pipeline(files, spark=spark)
+    # Bronze and silver only (a run's first update): gold from files is the conformance test's.
+    LocalRunner(dataclasses.replace(files, tables=()), spark).update(partial_graph=True)
     produced = {source.name: records(files.storage, source, PARTITIONS) for source in files.sources}
-    faults = [record for topic in FAULT_TOPICS.values() for record in bad_records(topic, FAULT_PARTITION)]
-    # The bad records follow the sample's in their partition.
-    produce(spark, [r for records_ in produced.values() for r in records_] + faults, kafka_broker.bootstrap_servers)
+    for name, records_ in produced.items():  # every rendering names its topics `gen.<db>.<table>`
+        for record in records_:
+            record["topic"] = record["topic"].replace("gen.", f"{name}.", 1)
     topics = {name: sorted({r["topic"] for r in records_}) for name, records_ in produced.items()}
+    fault_topics = {source: topics[source][0] for source in FAULT_SOURCES}
+    faults = [record for topic in fault_topics.values() for record in bad_records(topic, FAULT_PARTITION)]
+    # The bad records follow the history's in their partition.
+    produce(spark, [r for records_ in produced.values() for r in records_] + faults, kafka_broker.bootstrap_servers)
     kafka = kafka_conf(files, work / "kafka", kafka_broker.bootstrap_servers, topics)
     run_pipeline(kafka, spark=spark)
-    return {"files": files, "kafka": kafka, "produced": produced, "faults": faults}
+    return {"files": files, "kafka": kafka, "produced": produced, "faults": faults, "fault_topics": fault_topics}
 
 
-def _normalized(table: list[dict[str, Any]]) -> list[tuple]:
-    """A gold table's rows, sorted, with the landing position in each sequence (its tie-breaker:
-    a file and line in one run, a topic, partition and offset in the other) masked."""
-    masked = []
-    for row in table:
-        for name in SEQUENCES:
-            if row.get(name) is not None:
-                row[name] = re.sub(POSITION, "|<position>", row[name])
-        masked.append(tuple(row.items()))
-    return sorted(masked, key=repr)
-
-
-def _gold(storage: Path) -> list[str]:
-    return sorted(d["name"] for d in status(storage) if d["layer"] == "gold")
-
-
-def test_gold_from_kafka_equals_gold_from_files(runs):
-    files, kafka = runs["files"].storage, runs["kafka"].storage
-    gold = _gold(files)
-    assert _gold(kafka) == gold
-    assert len(gold) >= 2 * len(runs["files"].sources)  # a table or more per source, SCD1 and SCD2 each
-    assert len({s.format for s in runs["files"].sources}) == 10
-    for name in gold:
-        assert _schema(kafka, name) == _schema(files, name), name
-        assert _normalized(rows(kafka, name)) == _normalized(rows(files, name)), name
-
-
-def _schema(storage: Path, name: str) -> list[tuple[str, str]]:
-    """Column names and types (a mapped column's physical name differs from run to run)."""
-    return [(f.name, str(f.type)) for f in DeltaTable(path_of(storage, name)).schema().fields]
+def test_gold_from_kafka_is_the_ground_truth_in_every_format(spark, runs):
+    storage = runs["kafka"].storage
+    assert len({s.format for s in runs["kafka"].sources}) == 10
+    problems = []
+    for source in runs["kafka"].sources:
+        for table in (t.name for t in HISTORY.tables):
+            gold = gold_of(source.format, table)
+            scd1 = diff_scd1(HISTORY, table, read_rows(spark, storage, f"gold_{gold}"))
+            scd2 = diff_scd2(HISTORY, table, read_rows(spark, storage, f"gold_{gold}_history"))
+            problems += [f"{source.format}: {p}" for p in scd1 + scd2]
+    assert not problems, "\n".join(problems)
 
 
 def _record(row: dict[str, Any]) -> tuple:
@@ -166,9 +132,10 @@ def test_bronze_holds_each_produced_record_once_in_partition_order(runs):
             partitions.setdefault((row["topic"], row["partition"]), []).append(row)
     assert sorted(landed, key=repr) == sorted(produced, key=repr)
     spread = Counter(topic for topic, _ in partitions)
-    assert sum(1 for count in spread.values() if count >= 2) >= 5, f"several partitions per topic: {sorted(partitions)}"
-    dts = [r[3] for r in landed if r[0] == "dts_warehouse" and r[3]]
+    dts = [r[3] for r in landed if r[0] == runs["fault_topics"]["dts_avro"] and r[3]]
     assert any(not _is_utf8(v) for v in dts), "DTS Avro values are binary"
+    # Keyless messages keep a table to one partition; Debezium's and Maxwell's keys spread rows.
+    assert sum(1 for count in spread.values() if count >= 2) >= 2, f"several partitions per topic: {sorted(partitions)}"
     for (topic, partition), held in partitions.items():
         held.sort(key=lambda row: row["offset"])
         assert [row["offset"] for row in held] == list(range(len(held))), (topic, partition)
@@ -225,7 +192,7 @@ def test_every_message_has_the_same_outcome_as_from_files(runs):
         by_origin = {origins[ref]: kinds for ref, kinds in found.items() if origins[ref] is not None}
         assert by_origin == expected, source.name
         faults = sorted(kinds for ref, kinds in found.items() if origins[ref] is None)
-        if source.name in FAULT_TOPICS:
+        if source.name in FAULT_SOURCES:
             assert faults == [("quarantined",), ("quarantined",), ("tombstone",)], source.name
         else:
             assert faults == [], source.name
@@ -240,7 +207,7 @@ def test_bad_records_are_quarantined_with_their_topic_partition_and_offset(runs)
     naming topic/partition/offset; a null value is a tombstone (counted in silver, as every
     format treats it), never a change."""
     storage = runs["kafka"].storage
-    for source, topic in FAULT_TOPICS.items():
+    for source, topic in runs["fault_topics"].items():
         refs = {}
         for row in rows(storage, bronze_name(source)):
             fault = next((h["value"].decode() for h in row["headers"] or () if h["key"] == "fault"), None)

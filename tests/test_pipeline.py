@@ -279,22 +279,27 @@ def expectation_counts(spark, storage: Path, dataset: str) -> dict[str, tuple[in
     return {x["name"]: (x["passed_records"], x["failed_records"]) for x in quality["expectations"]}
 
 
-def test_same_input_in_different_batchings_gives_identical_gold(spark, tmp_path):
+@shares_the_sample_run
+def test_same_input_in_different_batchings_gives_identical_gold(spark, sample_run, tmp_path):
+    """The sample in several files and micro-batches gives the gold of the shared one-batch run."""
+    conf, storage, _ = sample_run
     lines = SAMPLE.read_text(encoding="utf-8").splitlines()
-    whole = tmp_path / "whole"
-    whole.mkdir()
-    (whole / "all.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     pieces = tmp_path / "pieces"
     pieces.mkdir()
     for index in range(0, len(lines), 97):  # several files
         (pieces / f"part-{index:05d}.jsonl").write_text("\n".join(lines[index : index + 97]) + "\n", encoding="utf-8")
-    keys = {t: ",".join(k) for t, k in KEYS.items()}
-    ingest(spark, "debezium-json", whole, tmp_path / "a", keys=keys, layout="kafka-dump")
-    summary = ingest(spark, "debezium-json", pieces, tmp_path / "b", keys=keys, layout="kafka-dump", batch_size=100)
-    assert summary.updates[0].flows["bronze_debezium_json"].batches == 3  # 292 messages, 100 per batch
+    [source] = conf.sources
+    cut = dataclasses.replace(
+        conf,
+        storage=tmp_path / "b",
+        sources=(dataclasses.replace(source, input=dataclasses.replace(source.input, path=pieces)),),
+        max_messages_per_batch=100,
+    )
+    summary = run_pipeline(cut, spark=spark)
+    assert summary.updates[0].flows["bronze_shop"].batches == 3  # 292 messages, 100 per batch
     for table in KEYS:
         for scd in (1, 2):
-            assert comparable(gold_rows(spark, tmp_path / "a", table, scd)) == comparable(
+            assert comparable(gold_rows(spark, storage, table, scd)) == comparable(
                 gold_rows(spark, tmp_path / "b", table, scd)
             )
 

@@ -28,7 +28,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -158,6 +158,20 @@ class KafkaConnect:
         Connect commits an offset only once every record before it is acknowledged by the
         broker, so an offset past a transaction means its records are all in Kafka."""
         return self.rest(f"/connectors/{name}/offsets").get("offsets", [])
+
+    def wait_for_offsets(
+        self, names: Iterable[str], reached: Callable[[dict[str, Any]], bool], what: str, timeout: float = 90.0
+    ) -> None:
+        """Until each connector of `names` has committed an offset for which `reached` holds: its
+        records up to there are all in Kafka (see `offsets`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            offsets = {name: [o["offset"] for o in self.offsets(name)] for name in names}
+            if all(any(reached(o) for o in found) for found in offsets.values()):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"connectors did not reach {what}: {offsets}\n{self.log_tail()}")
+            time.sleep(0.2)
 
     def _wait_running(self, name: str, deadline: float) -> None:
         assert self.process is not None

@@ -38,7 +38,9 @@ class PostgresCluster:
 
     def __init__(self) -> None:
         if not (BIN / "postgres").is_file():
-            raise Unavailable(f"{BIN / 'postgres'} not found (Debian's postgresql package; `make test` installs it)")
+            raise Unavailable(
+                f"{BIN / 'postgres'} not found (Debian's postgresql package: `make postgres` installs it)"
+            )
         self._as: list[str] = []
         owner: pwd.struct_passwd | None = None
         if os.geteuid() == 0:
