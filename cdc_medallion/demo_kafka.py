@@ -72,25 +72,9 @@ def say(line: str) -> None:
 
 
 def connector(pg: Any) -> dict[str, str]:
-    from cdc_medallion.services.kafka_connect import POSTGRES_CONNECTOR, json_converters
-    from cdc_medallion.services.postgres import DATABASE, SUPERUSER
+    from cdc_medallion.services.kafka_connect import postgres_connector
 
-    return {
-        "connector.class": POSTGRES_CONNECTOR,
-        "database.hostname": pg.host,
-        "database.port": str(pg.port),
-        "database.user": SUPERUSER,
-        "database.password": "unused",  # trust authentication on loopback
-        "database.dbname": DATABASE,
-        "plugin.name": "pgoutput",
-        "publication.autocreate.mode": "filtered",
-        "table.include.list": ",".join(f"public.{t}" for t in KEYS),
-        "snapshot.mode": "initial",
-        "topic.prefix": PREFIX,
-        "slot.name": "demo_slot",
-        "publication.name": "demo_publication",
-        **json_converters(schemas=True),
-    }
+    return postgres_connector(pg, [f"public.{t}" for t in KEYS], PREFIX, schemas=True)
 
 
 def source_rows(pg: Any, table: str) -> list[dict[str, Any]]:

@@ -48,8 +48,8 @@ import pytest
 
 from cdc_medallion.config import PipelineConf, SourceConf, TableConf, load_conf
 from cdc_medallion.pipeline import run_pipeline
-from cdc_medallion.services.kafka_connect import POSTGRES_CONNECTOR, KafkaConnect, json_converters
-from cdc_medallion.services.postgres import DATABASE, SUPERUSER, PostgresCluster, Unavailable
+from cdc_medallion.services.kafka_connect import KafkaConnect, postgres_connector
+from cdc_medallion.services.postgres import PostgresCluster, Unavailable
 from tests.conftest import REPO
 from tests.kafka_feed import rows, status
 
@@ -144,31 +144,8 @@ LAST = "INSERT INTO items (id, label) VALUES (8, 'last'); SELECT txid_current();
 
 def connectors(pg: PostgresCluster) -> dict[str, dict[str, str]]:
     """Each source's connector: what a user would configure to capture these tables."""
-    common = {
-        "connector.class": POSTGRES_CONNECTOR,
-        "database.hostname": pg.host,
-        "database.port": str(pg.port),
-        "database.user": SUPERUSER,
-        "database.password": "unused",  # trust authentication on loopback
-        "database.dbname": DATABASE,
-        "plugin.name": "pgoutput",
-        "publication.autocreate.mode": "filtered",
-        "table.include.list": "public.items,public.accounts",
-        "skipped.operations": "none",  # Debezium skips truncates by default ("t")
-        "snapshot.mode": "initial",
-    }
-    made = {}
-    for source, schemas in SOURCES.items():
-        made[source] = {
-            **common,
-            "topic.prefix": source,
-            "slot.name": f"{source}_slot",
-            "publication.name": f"{source}_publication",
-            **json_converters(schemas),
-        }
-        if not schemas:
-            made[source]["decimal.handling.mode"] = "string"
-    return made
+    tables = ["public.items", "public.accounts"]
+    return {source: postgres_connector(pg, tables, source, schemas) for source, schemas in SOURCES.items()}
 
 
 def _snapshot_done(offset: dict[str, Any]) -> bool:

@@ -35,6 +35,7 @@ from typing import Any
 
 from cdc_medallion import jars
 from cdc_medallion.services.kafka_broker import free_port, guard
+from cdc_medallion.services.postgres import DATABASE, SUPERUSER, PostgresCluster
 
 CONNECT_VERSION = "4.3.1"
 DEBEZIUM_VERSION = "3.6.1.Final"
@@ -63,6 +64,33 @@ def connect_jars(say=print) -> list[str]:
     """The worker's classpath, fetched from Maven Central the first time."""
     folder = jars.cache_root() / f"connect-{CONNECT_VERSION}-debezium-{DEBEZIUM_VERSION}"
     return jars.copy_packages(list(PACKAGES), folder, say=say)
+
+
+def postgres_connector(pg: PostgresCluster, tables: Iterable[str], topic_prefix: str, schemas: bool) -> dict[str, str]:
+    """Debezium's PostgreSQL connector as a user would set it up for `tables` ("schema.table") of
+    `pg`: pgoutput, a slot and publication named after the topic prefix, the initial snapshot,
+    truncates captured (Debezium skips them by default), Kafka Connect's JSON with or without
+    the schema envelope (without it, decimals as strings: nothing else keeps their scale)."""
+    settings = {
+        "connector.class": POSTGRES_CONNECTOR,
+        "database.hostname": pg.host,
+        "database.port": str(pg.port),
+        "database.user": SUPERUSER,
+        "database.password": "unused",  # trust authentication on loopback
+        "database.dbname": DATABASE,
+        "plugin.name": "pgoutput",
+        "publication.autocreate.mode": "filtered",
+        "table.include.list": ",".join(tables),
+        "skipped.operations": "none",
+        "snapshot.mode": "initial",
+        "topic.prefix": topic_prefix,
+        "slot.name": f"{topic_prefix}_slot",
+        "publication.name": f"{topic_prefix}_publication",
+        **json_converters(schemas),
+    }
+    if not schemas:
+        settings["decimal.handling.mode"] = "string"
+    return settings
 
 
 def json_converters(schemas: bool) -> dict[str, str]:
