@@ -83,8 +83,13 @@ def _tables(storage: Path, source: str) -> dict[str, str]:
     return named
 
 
-def records(storage: Path, source: SourceConf, partitions: int) -> list[dict[str, Any]]:
-    """A file-layout run's bronze messages of `source` as Kafka records, in landing order."""
+def records(
+    storage: Path, source: SourceConf, partitions: int, topic_prefix: str | None = None
+) -> list[dict[str, Any]]:
+    """A file-layout run's bronze messages of `source` as Kafka records, in landing order.
+
+    `topic_prefix` replaces the first dotted part of each topic: the renderings of one generated
+    history all name their topics `gen.<db>.<table>`, and one broker must keep them apart."""
     tables = _tables(storage, source.name)
     produced = []
     for row in sorted(rows(storage, bronze_name(source.name)), key=lambda r: (r["_file"], r["_line"])):
@@ -92,11 +97,14 @@ def records(storage: Path, source: SourceConf, partitions: int) -> list[dict[str
         table = tables.get(ref)
         key = row["key"] if row["key"] is not None else (table.encode() if table is not None else None)
         headers = [*(row["headers"] or []), {"key": ORIGIN_HEADER, "value": ref.encode()}]
+        topic = row["topic"] or topic_of(source.name)
+        if topic_prefix is not None:
+            topic = f"{topic_prefix}.{topic.partition('.')[2]}"
         produced.append(
             {
                 "key": key,
                 "value": row["value"],
-                "topic": row["topic"] or topic_of(source.name),
+                "topic": topic,
                 "partition": (zlib.crc32(key) if key is not None else row["_line"]) % partitions,
                 "headers": headers,
             }

@@ -136,7 +136,7 @@ def test_scd2_batch_by_batch_gives_the_model_of_the_whole_history(spark, tmp_pat
     check_against_the_model(spark, tmp_path_factory, batches, FLOWS["scd2"])
 
 
-def check_against_the_model(spark, tmp_path_factory, batches: list[list[tuple]], flow: AutoCdcFlow) -> None:
+def check_against_the_model(spark, tmp_path_factory, batches: list[list[tuple]], flow: AutoCdcFlow) -> list[tuple]:
     root = Path(tmp_path_factory.mktemp("auto_cdc_model"))
     apply_batches(spark, root, flow, batches, SCHEMA)
     events = [e for batch in batches for e in batch]
@@ -145,3 +145,17 @@ def check_against_the_model(spark, tmp_path_factory, batches: list[list[tuple]],
         assert got == MODEL.scd1(events), batches
     else:
         assert got == MODEL.scd2(events, tracked=("name", "city", "seq")), batches
+    return got
+
+
+@pytest.mark.parametrize("scd", ["scd1", "scd2"])
+def test_an_earlier_event_after_a_batch_of_deletes_only_stays_deleted(spark, tmp_path_factory, scd):
+    """A first batch of deletes only leaves the target empty, with tombstones in the state; the
+    next batch, applied to that still-empty target, must meet those tombstones: the earlier
+    upsert of a deleted key makes a closed version (SCD2) or nothing (SCD1), never a live row."""
+    batches = [[(1, None, None, 5, "D", None)], [(1, "a", "x", 3, "U", None), (2, "b", "y", 4, "U", None)]]
+    got = check_against_the_model(spark, tmp_path_factory, batches, FLOWS[scd])
+    if scd == "scd1":
+        assert [row[0] for row in got] == [2]
+    else:  # id, name, city, seq, __START_AT, __END_AT
+        assert sorted((row[0], row[4], row[5]) for row in got) == [(1, 3, 5), (2, 4, None)]

@@ -22,8 +22,9 @@ HISTORY = generate_history(tables=1, transactions=600, seed=23)  # one table: th
 
 @pytest.mark.slow
 def test_ingest_killed_at_random_commit_points(spark, tmp_path):
-    # Three runs keep CI short (each starts a JVM); `make crash-drill` kills at least 20 times.
-    result = kill_drill(HISTORY, tmp_path, pieces=3, seed=42, batch_size=300, max_point=18)  # 18 per run here
+    # Two killed runs keep CI short (each starts a JVM); `make crash-drill` kills at least 20 times.
+    # Seed 13 kills the first run in silver and the second in bronze, with work left to replay.
+    result = kill_drill(HISTORY, tmp_path, pieces=2, seed=13, batch_size=300, max_point=18)  # 18 per run here
 
     assert len(result.kills) >= 2, result.kills
     assert len(set(result.stages())) >= 2, result.stages()

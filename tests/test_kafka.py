@@ -26,8 +26,7 @@ from cdc_medallion.generator.history import generate_history
 from cdc_medallion.generator.renderers import RENDERERS, render
 from cdc_medallion.layers import bronze_name, silver_name
 from cdc_medallion.pipeline import run_pipeline
-from cdc_medallion.runner.local import LocalRunner
-from tests.helpers import gold_of, read_rows, rendered_pipeline, source_of
+from tests.helpers import gold_of, land_and_parse, read_rows, rendered_pipeline, source_of
 from tests.kafka_feed import ORIGIN_HEADER, has, produce, records, ref_of, rows
 
 pytestmark = pytest.mark.xdist_group("kafka")
@@ -83,11 +82,8 @@ def runs(spark, kafka_broker, tmp_path_factory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("kafka")
     files = file_conf(work)
     # Bronze and silver only (a run's first update): gold from files is the conformance test's.
-    LocalRunner(dataclasses.replace(files, tables=()), spark).update(partial_graph=True)
-    produced = {source.name: records(files.storage, source, PARTITIONS) for source in files.sources}
-    for name, records_ in produced.items():  # every rendering names its topics `gen.<db>.<table>`
-        for record in records_:
-            record["topic"] = record["topic"].replace("gen.", f"{name}.", 1)
+    land_and_parse(files, spark)
+    produced = {s.name: records(files.storage, s, PARTITIONS, topic_prefix=s.name) for s in files.sources}
     topics = {name: sorted({r["topic"] for r in records_}) for name, records_ in produced.items()}
     fault_topics = {source: topics[source][0] for source in FAULT_SOURCES}
     faults = [record for topic in fault_topics.values() for record in bad_records(topic, FAULT_PARTITION)]

@@ -329,12 +329,15 @@ class AutoCdcApplier:
             # them, so a batch costs what it touches rather than what the table holds.
             if keys_in_batch <= BROADCAST_KEYS:
                 affected = F.broadcast(affected)
-            touched = target.join(affected, on=keys, how="left_semi")
-            history = self._existing_events(touched, state, affected, columns)
+            # An empty target has no rows to reread: not scanning it spares a file listing and a
+            # broadcast per apply, which is most of what a table's first batch costs.
+            touched = None if empty_target else target.join(affected, on=keys, how="left_semi")
+            history = self._existing_events(target.schema, touched, state, affected, columns)
             everything = rows.withColumn(ORIGIN, F.lit(1))
             if flow.stored_as_scd_type == 2:
                 everything = everything.withColumn(OLD_END, F.lit(None).cast(rows.schema[SEQ].dataType))
-            everything = everything.unionByName(history)
+            if history is not None:
+                everything = everything.unionByName(history)
             if has_truncates:  # each truncate is a delete of every touched key
                 everything = everything.unionByName(
                     affected.crossJoin(truncates).select(
@@ -357,14 +360,22 @@ class AutoCdcApplier:
                 df.unpersist()
 
     def _existing_events(
-        self, rows: DataFrame, state: DataFrame | None, affected: DataFrame, columns: list[str]
-    ) -> DataFrame:
-        """The target's rows of the touched keys (`rows`) and the state's tombstones of those
-        keys (none while the flow has seen no delete), turned back into events."""
+        self,
+        schema: StructType,
+        rows: DataFrame | None,
+        state: DataFrame | None,
+        affected: DataFrame,
+        columns: list[str],
+    ) -> DataFrame | None:
+        """The target's rows of the touched keys (`rows`, of the target's `schema`; None when the
+        target is empty) and the state's tombstones of those keys (none while the flow has seen
+        no delete), turned back into events; None when there are neither."""
         keys = list(self.flow.keys)
-        schema = rows.schema
         null_present = F.lit(None).cast(ArrayType(StringType()))
-        if self.flow.stored_as_scd_type == 1:
+        upserts: DataFrame | None = None
+        if rows is None:
+            pass
+        elif self.flow.stored_as_scd_type == 1:
             upserts = rows.select(
                 *_cols(columns),
                 F.col(SCD1_SEQUENCE).alias(SEQ),
@@ -390,8 +401,8 @@ class AutoCdcApplier:
             )
             if self.flow.stored_as_scd_type == 2:
                 deletes = deletes.withColumn(OLD_END, F.lit(None).cast(schema[END_AT].dataType))
-            upserts = upserts.unionByName(deletes)
-        return upserts.withColumn(ORIGIN, F.lit(0))
+            upserts = deletes if upserts is None else upserts.unionByName(deletes)
+        return None if upserts is None else upserts.withColumn(ORIGIN, F.lit(0))
 
     def _fill(self, events: DataFrame, columns: list[str]) -> DataFrame:
         """Carry absent columns forward within a key's life (since its last delete)."""

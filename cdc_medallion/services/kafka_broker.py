@@ -20,22 +20,17 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import ctypes
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 
 from cdc_medallion import jars
+from cdc_medallion.services.process import JavaService, free_port, java_binary
 
 KAFKA_VERSION = "4.4.0"
 # Kafka logs through SLF4J 1.x and ships no binding; with this one its log4j2 writes the log the
@@ -63,77 +58,45 @@ def broker_jars(say=print) -> list[str]:
     return jars.copy_packages(list(PACKAGES), jars.cache_root() / f"kafka-{KAFKA_VERSION}", say=say)
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on now (the kernel's choice of an ephemeral port)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: the kernel sends it SIGTERM when its parent dies, so a test
-    run that is killed leaves no broker behind (Linux; elsewhere nothing happens)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def guard() -> Callable[[], None] | None:
-    """The kernel's "parent died" signal follows the thread that started the child, not the
-    process: a broker (re)started from a short-lived thread would be stopped when that thread
-    ends. Only a start from the main thread gets the guard; `stop()` / `close()` cover the rest."""
-    return _die_with_parent if threading.current_thread() is threading.main_thread() else None
-
-
-class KafkaBroker:
+class KafkaBroker(JavaService):
     """One broker process. `start()` again after `stop()` (or `kill()`) brings back the same
     broker: same ports, same data, so its topics and offsets are kept, as after an outage."""
 
+    LOG_NAME = "broker.log"
+
     def __init__(self, data_dir: Path | None = None, port: int | None = None, partitions: int = 3, say=print) -> None:
-        self._owns_dir = data_dir is None
-        self.data_dir = Path(tempfile.mkdtemp(prefix="cdc-medallion-kafka-")) if data_dir is None else data_dir
+        folder = Path(tempfile.mkdtemp(prefix="cdc-medallion-kafka-")) if data_dir is None else data_dir
+        super().__init__(folder, owns_folder=data_dir is None)
         self.port = port or free_port()
         self.controller_port = free_port()
         self.partitions = partitions
         self.say = say
-        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.folder
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    @property
-    def log_file(self) -> Path:
-        return self.data_dir / "broker.log"
-
     def start(self, timeout: float = 90.0) -> KafkaBroker:
         """Start the broker (formatting its storage the first time) and wait until it serves."""
-        if self.process is not None and self.process.poll() is None:
+        if not self.exited():
             return self
-        classpath = os.pathsep.join(broker_jars(self.say))
-        java = shutil.which("java")
-        if java is None:
-            raise FileNotFoundError("java is needed to run the Kafka broker (Java 17 or later)")
+        classpath = broker_jars(self.say)
         config = self._write_config()
         if not (self.data_dir / "logs" / "meta.properties").exists():
             cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
-            tool = [java, *JAVA_OPTIONS, "-cp", classpath, "kafka.tools.StorageTool"]
+            tool = [java_binary(), *JAVA_OPTIONS, "-cp", os.pathsep.join(classpath), "kafka.tools.StorageTool"]
             subprocess.run([*tool, "format", "-t", cluster, "-c", config], check=True, capture_output=True)
-        logging = self.data_dir / "log4j2.properties"
         offset = self.log_file.stat().st_size if self.log_file.exists() else 0
-        with self.log_file.open("ab") as log:
-            self.process = subprocess.Popen(
-                [java, *JAVA_OPTIONS, f"-Dlog4j2.configurationFile={logging}", "-cp", classpath, "kafka.Kafka", config],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=guard(),  # async-signal-safe: one prctl call before exec
-            )
+        self.launch(JAVA_OPTIONS, _LOG4J, classpath, ["kafka.Kafka", config])
         self._wait_started(offset, timeout)
         return self
 
     def _write_config(self) -> str:
         (self.data_dir / "logs").mkdir(parents=True, exist_ok=True)
-        (self.data_dir / "log4j2.properties").write_text(_LOG4J, encoding="utf-8")
         settings = {
             "process.roles": "broker,controller",
             "node.id": "1",
@@ -167,44 +130,10 @@ class KafkaBroker:
                 if STARTED.encode() in log.read():
                     return
             if self.process.poll() is not None:
-                raise RuntimeError(f"the Kafka broker exited ({self.process.returncode}):\n{self._log_tail()}")
+                raise RuntimeError(f"the Kafka broker exited ({self.process.returncode}):\n{self.log_tail(30)}")
             time.sleep(0.2)
         self.kill()
-        raise TimeoutError(f"the Kafka broker did not start within {timeout:.0f} s:\n{self._log_tail()}")
-
-    def _log_tail(self, lines: int = 30) -> str:
-        text = self.log_file.read_text(encoding="utf-8", errors="replace") if self.log_file.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """A controlled shutdown (SIGTERM); SIGKILL if it takes longer than `timeout`."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def kill(self) -> None:
-        """The broker dies at once, as in a crash (its data stays for the next `start`)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-    def close(self) -> None:
-        """Stop, and remove the data folder if this broker made it."""
-        self.stop()
-        if self._owns_dir:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> KafkaBroker:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.close()
+        raise TimeoutError(f"the Kafka broker did not start within {timeout:.0f} s:\n{self.log_tail(30)}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,21 +21,17 @@ The worker finds the connector on its classpath through Debezium's service manif
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from cdc_medallion import jars
-from cdc_medallion.services.kafka_broker import free_port, guard
 from cdc_medallion.services.postgres import DATABASE, SUPERUSER, PostgresCluster
+from cdc_medallion.services.process import JavaService, free_port
 
 CONNECT_VERSION = "4.3.1"
 DEBEZIUM_VERSION = "3.6.1.Final"
@@ -104,48 +100,24 @@ def json_converters(schemas: bool) -> dict[str, str]:
     }
 
 
-class KafkaConnect:
+class KafkaConnect(JavaService):
     """One standalone worker running the connectors given as name -> properties."""
 
+    LOG_NAME = "connect.log"
+
     def __init__(self, bootstrap_servers: str, connectors: Mapping[str, Mapping[str, str]], say=print) -> None:
+        super().__init__(Path(tempfile.mkdtemp(prefix="cdc-medallion-connect-")), owns_folder=True)
         self.bootstrap_servers = bootstrap_servers
         self.connectors = {name: dict(props) for name, props in connectors.items()}
-        self.folder = Path(tempfile.mkdtemp(prefix="cdc-medallion-connect-"))
         self.port = free_port()
         self.say = say
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def log_file(self) -> Path:
-        return self.folder / "connect.log"
 
     def start(self, timeout: float = 120.0) -> KafkaConnect:
         """Start the worker and wait until every connector and its task is RUNNING."""
-        classpath = os.pathsep.join(connect_jars(self.say))
-        java = shutil.which("java")
-        if java is None:
-            raise FileNotFoundError("java is needed to run Kafka Connect (Java 17 or later)")
+        classpath = connect_jars(self.say)
         files = [self._write(f"{name}.properties", {"name": name, **props}) for name, props in self.connectors.items()]
         worker = self._write("worker.properties", self._worker_settings())
-        logging = self.folder / "log4j2.properties"
-        logging.write_text(_LOG4J, encoding="utf-8")
-        with self.log_file.open("ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    java,
-                    *JAVA_OPTIONS,
-                    f"-Dlog4j2.configurationFile={logging}",
-                    "-cp",
-                    classpath,
-                    "org.apache.kafka.connect.cli.ConnectStandalone",
-                    worker,
-                    *files,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=guard(),
-            )
+        self.launch(JAVA_OPTIONS, _LOG4J, classpath, ["org.apache.kafka.connect.cli.ConnectStandalone", worker, *files])
         deadline = time.monotonic() + timeout
         for name in self.connectors:
             self._wait_running(name, deadline)
@@ -217,37 +189,6 @@ class KafkaConnect:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"connector {name} is not running ({status}):\n{self.log_tail()}")
             time.sleep(0.2)
-
-    def log_tail(self, lines: int = 40) -> str:
-        text = self.log_file.read_text(encoding="utf-8", errors="replace") if self.log_file.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM (connectors stop, offsets are flushed); SIGKILL after `timeout`."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-    def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-    def __enter__(self) -> KafkaConnect:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def _escaped(value: str) -> str:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from cdc_medallion.services.kafka_broker import free_port
+from cdc_medallion.services.process import free_port
 
 BIN = Path(os.environ.get("CDC_MEDALLION_PG_BIN", "/usr/lib/postgresql/15/bin"))
 SUPERUSER = "postgres"
