@@ -329,8 +329,8 @@ class AutoCdcApplier:
             # them, so a batch costs what it touches rather than what the table holds.
             if keys_in_batch <= BROADCAST_KEYS:
                 affected = F.broadcast(affected)
-            # An empty target has no rows to reread: not scanning it spares a file listing and a
-            # broadcast per apply, which is most of what a table's first batch costs.
+            # An empty target has no rows to reread: not scanning it spares a table's first
+            # batch a file listing and a broadcast (its tombstones are still read).
             touched = None if empty_target else target.join(affected, on=keys, how="left_semi")
             history = self._existing_events(target.schema, touched, state, affected, columns)
             everything = rows.withColumn(ORIGIN, F.lit(1))
