@@ -8,7 +8,7 @@ CONF ?= conf/local.yml
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup run test lint clean browser postgres bench crash-drill kafka demo-kafka
+.PHONY: setup run test test-setup debian-packages lint clean browser postgres bench crash-drill kafka demo-kafka
 
 setup: $(STAMP)
 
@@ -23,31 +23,41 @@ run: $(STAMP)
 	$(BIN)/cdc-medallion run --conf $(CONF)
 	$(BIN)/cdc-medallion status --conf $(CONF)
 
-test: $(STAMP) browser postgres
+test: test-setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 3 --dist loadgroup --durations=15
 
-# The quality report's browser test drives Debian's Chromium. Installed only when missing; where it
-# cannot be (not root, no apt), the test skips and says why.
-browser:
-	@test -x /usr/bin/chromium || { \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
-	  || echo "chromium could not be installed: the browser test will skip"; }
+# The Python environment and the Debian packages are set up side by side (pip and apt share no
+# lock): on a fresh machine setup takes the longer of the two, not their sum.
+test-setup:
+	@$(MAKE) --no-print-directory -j2 $(STAMP) debian-packages
 
-# The Debezium capture test runs Debian's PostgreSQL 15 in a cluster of its own (a temporary folder,
-# a free port). Installed only when missing, and without the package's system cluster: none is
-# created (createcluster.d) and, unless a policy-rc.d is already there, no service is started.
-# Where it cannot be installed (not root, no apt), the test skips and says why.
+# Debian packages some tests drive, each installed only when missing, all in one apt call:
+# - chromium: the quality report's browser test;
+# - postgresql: the Debezium capture test runs PostgreSQL 15 in a cluster of its own (a temporary
+#   folder, a free port), so the package's system cluster is not created (createcluster.d) and,
+#   unless a policy-rc.d is already there, no service is started.
+# Where they cannot be installed (not root, no apt), the tests that need them skip and say why.
+DEBIAN_PACKAGES ?= chromium postgresql
 PG_BIN := /usr/lib/postgresql/15/bin
 POLICY_RC := /usr/sbin/policy-rc.d
-postgres:
-	@test -x $(PG_BIN)/postgres || { \
+debian-packages:
+	@missing=; for package in $(DEBIAN_PACKAGES); do case $$package in \
+	  chromium) test -x /usr/bin/chromium || missing="$$missing chromium";; \
+	  postgresql) test -x $(PG_BIN)/postgres || missing="$$missing postgresql";; esac; done; \
+	[ -z "$$missing" ] || { \
 	  (apt-get update -qq && mkdir -p /etc/postgresql-common/createcluster.d \
 	   && echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/cdc-medallion.conf || exit 1; \
 	   made=; if [ ! -e $(POLICY_RC) ]; then printf '#!/bin/sh\nexit 101\n' > $(POLICY_RC) && chmod +x $(POLICY_RC) && made=1; fi; \
-	   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; status=$$?; \
+	   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; status=$$?; \
 	   [ -z "$$made" ] || rm -f $(POLICY_RC); exit $$status) >/dev/null 2>&1 \
-	  || echo "postgresql could not be installed: the Debezium capture test will skip"; }
+	  || echo "could not install$$missing: the tests that need it will skip and say why"; }
+
+browser:
+	@$(MAKE) --no-print-directory debian-packages DEBIAN_PACKAGES=chromium
+
+postgres:
+	@$(MAKE) --no-print-directory debian-packages DEBIAN_PACKAGES=postgresql
 
 # Benchmarks (not tests; nothing asserts a time). BENCH_N changes per format, default 1,000,000;
 # BENCH_FORMATS, BENCH_PARTS and BENCH_10M=1 narrow or widen it (bench/run.py). PyFlink, the peer,
