@@ -10,6 +10,7 @@ The one seam between the runner and storage: nothing else writes a table.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -99,6 +100,22 @@ class DeltaStore:
         from deltalake import DeltaTable as LogReader
 
         return dict(LogReader(str(self.path(name))).metadata().configuration)
+
+    def rows_written_since(self, name: str, version: int | None) -> int:
+        """How many rows the commits after `version` wrote (their `numOutputRows`), read from the
+        log's entries without a job. A write Delta skipped as already committed (`Txn`) made no
+        commit, and so counts none."""
+        latest = self.version(name)
+        if latest is None:
+            return 0
+        total = 0
+        for commit in range(0 if version is None else version + 1, latest + 1):
+            entry = self.path(name) / "_delta_log" / f"{commit:020d}.json"
+            for line in entry.read_text(encoding="utf-8").splitlines():
+                info = json.loads(line).get("commitInfo")
+                if info is not None:
+                    total += int((info.get("operationMetrics") or {}).get("numOutputRows", 0))
+        return total
 
     def count(self, name: str) -> int:
         return self.read(name).count() if self.exists(name) else 0
