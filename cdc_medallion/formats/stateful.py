@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,12 @@ from cdc_medallion.model import BRONZE_SCHEMA, EVENT_SCHEMA, KIND_HELD
 
 if TYPE_CHECKING:
     from cdc_medallion.formats.base import Format
+
+# PySpark's own serializer for this operator pads its output with empty frames through
+# `pd.concat`, which pandas 2 warns about once per Python worker; the warning is about pyspark's
+# code, not ours or the data, and would print into every run's output. This module is imported
+# in each worker that runs the operator, so the filter is set there.
+warnings.filterwarnings("ignore", message="The behavior of DataFrame concatenation with empty", category=FutureWarning)
 
 #: Hash buckets of `related_by` values: fixed, as the state is kept per bucket.
 BUCKETS = 16
