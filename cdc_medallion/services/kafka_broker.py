@@ -88,7 +88,13 @@ class KafkaBroker(JavaService):
         config = self._write_config()
         if not (self.data_dir / "logs" / "meta.properties").exists():
             cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
-            tool = [java_binary(), *JAVA_OPTIONS, "-cp", os.pathsep.join(classpath), "kafka.tools.StorageTool"]
+            tool = [
+                java_binary("the Kafka broker"),
+                *JAVA_OPTIONS,
+                "-cp",
+                os.pathsep.join(classpath),
+                "kafka.tools.StorageTool",
+            ]
             subprocess.run([*tool, "format", "-t", cluster, "-c", config], check=True, capture_output=True)
         offset = self.log_file.stat().st_size if self.log_file.exists() else 0
         self.launch(JAVA_OPTIONS, _LOG4J, classpath, ["kafka.Kafka", config])

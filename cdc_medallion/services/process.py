@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import shutil
 import signal
 import socket
@@ -38,10 +39,10 @@ def guard() -> Callable[[], None] | None:
     return _die_with_parent if threading.current_thread() is threading.main_thread() else None
 
 
-def java_binary() -> str:
+def java_binary(what: str) -> str:
     java = shutil.which("java")
     if java is None:
-        raise FileNotFoundError("java is needed to run the Kafka broker and Kafka Connect (Java 17 or later)")
+        raise FileNotFoundError(f"java is needed to run {what} (Java 17 or later)")
     return java
 
 
@@ -67,10 +68,17 @@ class JavaService:
 
     def launch(self, java_options: Sequence[str], log4j: str, classpath: Sequence[str], main: Sequence[str]) -> None:
         """Start `java <options> -cp <classpath> <main...>`, its output appended to the log."""
-        java = java_binary()
+        java = java_binary(type(self).__name__)
         logging = self.folder / "log4j2.properties"
         logging.write_text(log4j, encoding="utf-8")
-        command = [java, *java_options, f"-Dlog4j2.configurationFile={logging}", "-cp", ":".join(classpath), *main]
+        command = [
+            java,
+            *java_options,
+            f"-Dlog4j2.configurationFile={logging}",
+            "-cp",
+            os.pathsep.join(classpath),
+            *main,
+        ]
         with self.log_file.open("ab") as log:
             self.process = subprocess.Popen(
                 command,
