@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -370,39 +371,48 @@ class AutoCdcApplier:
         """The target's rows of the touched keys (`rows`, of the target's `schema`; None when the
         target is empty) and the state's tombstones of those keys (none while the flow has seen
         no delete), turned back into events; None when there are neither."""
-        keys = list(self.flow.keys)
+        events: list[DataFrame] = []
+        if rows is not None:
+            events.append(self._stored_rows_as_events(rows, columns))
+        if state is not None:
+            events.append(self._tombstones_as_events(schema, state, affected, columns))
+        if not events:
+            return None
+        return reduce(DataFrame.unionByName, events).withColumn(ORIGIN, F.lit(0))
+
+    def _stored_rows_as_events(self, rows: DataFrame, columns: list[str]) -> DataFrame:
+        """A stored row is the upsert that made it: SCD1 keeps its sequence, SCD2 its start and end."""
         null_present = F.lit(None).cast(ArrayType(StringType()))
-        upserts: DataFrame | None = None
-        if rows is None:
-            pass
-        elif self.flow.stored_as_scd_type == 1:
-            upserts = rows.select(
+        if self.flow.stored_as_scd_type == 1:
+            return rows.select(
                 *_cols(columns),
                 F.col(SCD1_SEQUENCE).alias(SEQ),
                 F.lit(False).alias(DELETE),
                 null_present.alias(PRESENT),
             )
-        else:
-            upserts = rows.select(
-                *_cols(columns),
-                F.col(START_AT).alias(SEQ),
-                F.lit(False).alias(DELETE),
-                null_present.alias(PRESENT),
-                F.col(END_AT).alias(OLD_END),
-            )
-        if state is not None:
-            tombstones = state.join(affected, on=keys, how="left_semi")
-            deletes = tombstones.select(
-                *[F.col(quote(k)).cast(schema[k].dataType).alias(k) for k in keys],
-                *[F.lit(None).cast(schema[c].dataType).alias(c) for c in columns if c not in keys],
-                F.col(SEQ),
-                F.lit(True).alias(DELETE),
-                null_present.alias(PRESENT),
-            )
-            if self.flow.stored_as_scd_type == 2:
-                deletes = deletes.withColumn(OLD_END, F.lit(None).cast(schema[END_AT].dataType))
-            upserts = deletes if upserts is None else upserts.unionByName(deletes)
-        return None if upserts is None else upserts.withColumn(ORIGIN, F.lit(0))
+        return rows.select(
+            *_cols(columns),
+            F.col(START_AT).alias(SEQ),
+            F.lit(False).alias(DELETE),
+            null_present.alias(PRESENT),
+            F.col(END_AT).alias(OLD_END),
+        )
+
+    def _tombstones_as_events(
+        self, schema: StructType, state: DataFrame, affected: DataFrame, columns: list[str]
+    ) -> DataFrame:
+        """A stored tombstone is the delete that made it, for the touched keys only."""
+        keys = list(self.flow.keys)
+        deletes = state.join(affected, on=keys, how="left_semi").select(
+            *[F.col(quote(k)).cast(schema[k].dataType).alias(k) for k in keys],
+            *[F.lit(None).cast(schema[c].dataType).alias(c) for c in columns if c not in keys],
+            F.col(SEQ),
+            F.lit(True).alias(DELETE),
+            F.lit(None).cast(ArrayType(StringType())).alias(PRESENT),
+        )
+        if self.flow.stored_as_scd_type == 2:
+            deletes = deletes.withColumn(OLD_END, F.lit(None).cast(schema[END_AT].dataType))
+        return deletes
 
     def _fill(self, events: DataFrame, columns: list[str]) -> DataFrame:
         """Carry absent columns forward within a key's life (since its last delete)."""
