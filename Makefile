@@ -72,7 +72,7 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	BENCH_N=$(BENCH_N) $(BIN)/python -m bench
 
-# The kill drill of issue 10 at scale: ingest SIGKILLed in every run over ~300k messages.
+# The kill drill at scale: ingest SIGKILLed in every run over ~300k messages.
 crash-drill: $(STAMP)
 	$(BIN)/python -m bench.crash
 
@@ -82,7 +82,7 @@ KAFKA_PORT ?= 9092
 kafka: $(STAMP)
 	$(BIN)/python -m cdc_medallion.services.kafka_broker --port $(KAFKA_PORT) $(if $(KAFKA_DATA),--data $(KAFKA_DATA))
 
-# Issue 42's quickstart on live CDC: a broker, PostgreSQL and Debezium, a short workload, the pipeline
+# The quickstart on live CDC: a broker, PostgreSQL and Debezium, a short workload, the pipeline
 # from Kafka, `status` and the report, gold compared with the database; everything it starts is stopped.
 demo-kafka: $(STAMP) postgres
 	$(BIN)/python -m cdc_medallion.demo_kafka

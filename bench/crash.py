@@ -1,4 +1,4 @@
-"""The kill drill at scale (issue 10): `cdc-medallion ingest` on a Debezium stream of a few
+"""The kill drill at scale: `cdc-medallion ingest` on a Debezium stream of a few
 hundred thousand messages with malformed lines, SIGKILLed at random commit points in every run
 while the stream grows, then completed. Writes bench/results/crash.json.
 

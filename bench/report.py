@@ -16,7 +16,7 @@ TARGETS = {
 }
 
 
-MEMORY_TARGET_EVENTS = 10_000_000  # the driver target is set for this size (issue 9)
+MEMORY_TARGET_EVENTS = 10_000_000  # the driver target is set for this size: smaller runs are not judged
 
 
 def _met(key: str, value: float) -> str:
@@ -38,7 +38,7 @@ def headline_peak(results: dict[str, Any], this_run: float) -> tuple[float, str]
     """The driver peak to judge: this run's, or a carried part's when that part peaked higher.
 
     A part carried from an earlier run keeps its workloads' peaks, so a rerun of the small parts
-    does not replace the 10M increment's peak with its own (2026-11-23: 1.44 GiB for 3.90).
+    does not replace the 10M increment's peak with its own, lower one.
     """
     peak, origin = this_run, "this run"
     for name, source in results.get("carried_from", {}).items():

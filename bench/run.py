@@ -103,8 +103,7 @@ def ratio(floor_seconds: float, our_seconds: float) -> float:
 # --- parts ------------------------------------------------------------------------------------
 def warm_up(spark, sampler, args) -> None:
     """One untimed small run before anything is timed. The JVM compiles Spark's code paths on
-    first use, and the first format measured paid for it: AWS DMS took 25 s end to end as the
-    run's first format and 11 s as the second run in one session (2026-11-22)."""
+    first use, and without this the first format measured would pay for it (bench/HISTORY.md)."""
     from bench import ours
     from bench.workloads import workload
 

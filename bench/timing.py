@@ -11,8 +11,8 @@ RUNS = 2
 def best_of(action: Callable[[], object], runs: int = RUNS) -> float:
     """Seconds of the fastest of `runs` runs: what the work costs, less what disturbed it.
 
-    A single timing of the same silver parse on 100k changes varied from 6.1 to 7.2 s between
-    runs here, as much as the change being measured. Floors and our parse are timed alike.
+    A single timing of the same work varies between runs on a shared machine as much as a change
+    being measured (bench/HISTORY.md). Floors and our parse are timed alike.
     """
     best = float("inf")
     for _ in range(runs):

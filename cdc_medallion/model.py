@@ -2,7 +2,8 @@
 
 A silver row is one *event*: most are row changes (`kind = 'change'`), but schema changes,
 heartbeats, transaction markers, tombstones and informational messages are events too, so that
-every bronze message is accounted for in exactly one place (DESIGN §5).
+every bronze message is accounted for in exactly one place and the counts add up
+(`quality/accounting.py`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Shared fixtures: one Spark session for the whole suite (cold start is ~7 s), real Delta tables."""
+"""Shared fixtures: one Spark session for the whole suite (a cold start costs more than a test), real Delta tables."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ SHARED = REPO.parent / "shared"
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Test batches are a few rows, where compiling each query's generated code costs more than
-# running it; interpreted, the suite takes about a fifth less. The engine's work is the same.
+# running it, so the suite runs interpreted. The engine's work is the same.
 # The suite creates thousands of small tables in one JVM: Delta keeps each table's log and its
 # cached state until 10,000 are open; 64 keep the driver's memory flat.
 os.environ.setdefault(

@@ -144,7 +144,7 @@ def test_fixture_types_follow_the_envelope_schema(spark, storage):
 
 def test_replica_identity_default_fixture(spark, storage):
     """Flink fails on the first update whose `before` is null; we apply it as a keyed upsert
-    (the issue asks for that) and quarantine the delete that has neither image nor key, naming
+    (its `after` still says what the row is now) and quarantine the delete that has neither image nor key, naming
     the fix. Our final state therefore still holds 111 (its delete could not be identified)."""
     path = shared_path("fixtures", "debezium-json", "apache_flink__debezium-postgres-data-replica-identity.txt")
     assert "REPLICA IDENTITY to FULL" in load_expected(path)["expected"]

@@ -1,4 +1,4 @@
-"""One field changed at a time in valid messages of every JSON format (issue 40).
+"""One field changed at a time in valid messages of every JSON format.
 
 A field of a valid message is (a) given a value of another JSON type, (b) dropped, or (c) given
 a wrong value of its own type (a non-numeric string where digits are expected, an empty name, a

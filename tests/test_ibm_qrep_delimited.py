@@ -474,8 +474,8 @@ def test_sample_conf_includes_this_format(spark, tmp_path):
 
 
 def test_cli_ingest_of_the_v11_example(spark, tmp_path, capsys):
-    """The issue's command, through the CLI's `main` (in this process: tests/test_cli.py runs the
-    command itself), on the V11 example one record per line."""
+    """`cdc-medallion ingest` of this format, through the CLI's `main` (in this process:
+    tests/test_cli.py runs the command itself), on the V11 example one record per line."""
     source = tmp_path / "v11.del"
     source.write_text("\n".join(seed_examples()[1]) + "\n", encoding="utf-8")
     storage = tmp_path / "storage"

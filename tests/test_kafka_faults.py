@@ -7,7 +7,7 @@ takes several: the first run is killed right after bronze's second batch is writ
 its offsets are committed (a batch the rerun must not land again); the rerun meets the broker
 going down after its next bronze batch and coming back on the same port and data. Afterwards
 bronze holds every record once, every message is accounted for, and gold is the ground truth.
-One scenario, two faults: each run of the pipeline costs tens of seconds here.
+One scenario, two faults: each run of the pipeline is a process of its own, with its own JVM.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 def test_the_local_jvm_runs_the_serial_collector_in_its_heap_with_two_arenas(spark):
     jvm = spark._jvm
     collectors = {bean.getName() for bean in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()}
-    # G1's own threads and regions cost about 0.3 GiB of RSS on two cores (bench), for no speed.
+    # G1's own threads and regions cost resident memory on two cores and buy no speed (bench/HISTORY.md).
     assert collectors == {"Copy", "MarkSweepCompact"}, collectors
 
     wanted = os.environ.get("CDC_MEDALLION_DRIVER_MEMORY", "1536m")

@@ -182,8 +182,8 @@ class DebeziumJson(Format):
     def _read_envelope(self, value: bytes | None) -> tuple[ValueSchema, Any] | None:
         """(schema, payload) of a `{"schema": S, "payload": P}` message, S parsed once per text.
 
-        Kafka Connect's JSON converter repeats the whole schema in every message, about four
-        fifths of its bytes, and the same few schemas come back all the time: parsing only the
+        Kafka Connect's JSON converter repeats the whole schema in every message, most of its
+        bytes, and the same few schemas come back all the time: parsing only the
         payload and looking the schema up by its text spares most of the JSON reading. The
         split is safe because a cut at a `"payload"` key nested inside S leaves a text that is
         not JSON. Anything else (other keys, another order, a BOM, invalid JSON) returns None:
@@ -284,8 +284,8 @@ class DebeziumJson(Format):
         before = _image(before_raw, value_schema.decoders, "payload.before")
         after = _image(after_raw, value_schema.decoders, "payload.after")
         if value_schema.fields:
-            # The schema's own maps, shared by its events: nothing changes an event's maps
-            # once it is made, they are only read into Arrow (copying them cost 4 % of a parse).
+            # The schema's own maps, shared by its events, not copied per event: nothing changes
+            # an event's maps once it is made, they are only read into Arrow.
             types, source_types = value_schema.types, value_schema.source_types
             # A column the schema does not describe: typed by its values, and said so.
             described = value_schema.fields

@@ -25,8 +25,8 @@ _DECODER = json.JSONDecoder(parse_float=decimal.Decimal)
 def loads(raw: bytes | str) -> Any:
     """Parse JSON keeping decimal numbers exact (3.140000104904175 stays that text).
 
-    `json.loads` with an option builds a new decoder and scanner on every call, which costs
-    about half as much as parsing a typical payload; this is the same work with one decoder.
+    `json.loads` with an option builds a new decoder and scanner on every call, a cost of the
+    order of parsing a typical payload itself; this is the same work with one decoder.
     """
     if isinstance(raw, bytes | bytearray):
         # `{` then a non-NUL byte is what `detect_encoding` answers "utf-8" for (UTF-16 and -32

@@ -28,8 +28,8 @@ from cdc_medallion.generator.renderers import RenderedSource, render
 
 SOURCE = "debezium_json"  # the source `ingest --format debezium-json` names
 # Every run is a fresh JVM on a batch of a few hundred lines, where compiling each query's
-# generated code costs more than running it: interpreted, a run takes about a fifth less
-# (measured: 34 s -> 28 s). What the drill tests, commits under SIGKILL, is the same either way.
+# generated code costs more than running it, so the drill runs interpreted. What it tests,
+# commits under SIGKILL, is the same either way.
 INTERPRETED = "spark.sql.codegen.wholeStage=false spark.sql.codegen.factoryMode=NO_CODEGEN"
 
 

@@ -119,8 +119,7 @@ def with_old_keys(events: DataFrame, moved: str) -> DataFrame:
     """Each event, followed by a DELETE copy of those for which `moved` holds.
 
     Made by exploding each row rather than by a union with a filtered copy of the input, which
-    read the silver batch twice. With the image also chosen once, one table's view of a
-    138k-event silver batch (the bench's 1M-change input) took 0.6-1.2 s instead of 1.0-1.8 s.
+    would read the silver batch twice.
     """
     copies = f"explode(CASE WHEN {moved} THEN array(false, true) ELSE array(false) END) AS {OLD_KEY}"
     rest = [c for c in events.columns if c != "op"]

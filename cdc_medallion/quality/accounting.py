@@ -1,4 +1,4 @@
-"""Every bronze message accounted for, per source (DESIGN §5: "the counts must add up").
+"""Every bronze message accounted for, per source: the counts must add up.
 
 Each bronze message (its `bronze_ref`) gets exactly one outcome: the kind of the silver event
 that consumed it (through `bronze_ref` or `related_refs`), `quarantined`, or `held` while its

@@ -2,8 +2,8 @@
 
 Spark computes a narrow frame per dataset (the columns a suite looks at, plus derived facts such
 as "this SCD2 version overlaps the next one of its key"); Great Expectations validates it as a
-pandas dataframe (GX 1.x without the `[spark]` extra, DESIGN §3; pandas is also far faster than
-GX's Spark engine on these small frames) and builds its Data Docs under
+pandas dataframe (GX 1.x without the `[spark]` extra, which pins an older pyspark than ours; pandas
+is also faster than GX's Spark engine on frames this small) and builds its Data Docs under
 `<storage>/_system/quality/gx/`. Each result becomes a `Check` for the event log and report.
 
 Suites:

@@ -4,14 +4,14 @@ A kafka-dump line is one JSON object with topic/partition/offset/timestamp/key/v
 value_base64/key_base64/headers. `unpack_line` is the definition: what one line lands as,
 including why a line that cannot be unpacked lands with a `_landing_error` instead of a value.
 
-Unpacking line by line in Python took about 40 µs a line, most of bronze's time on a Debezium
-dump (json.loads of a record whose value is a whole escaped message). `unpack_lines` hands a
-block of plain records (the six fields above, of their JSON types, nothing else) to Arrow's JSON
-reader, which unpacks them in C++ on every core, and unpacks in Python only the lines Arrow
-cannot take exactly as `unpack_line` would: a block Arrow rejects (any line with another field,
-another type, invalid JSON or invalid UTF-8), and lines whose meaning a null hides (a null topic
-against a missing one; a null value, unless the line spells the tombstone's `"value":null`, as a
-missing value is an error) or whose number is out of its column's range.
+Unpacking line by line in Python would be most of bronze's time on a Debezium dump (json.loads
+of a record whose value is a whole escaped message). `unpack_lines` hands a block of plain
+records (the six fields above, of their JSON types, nothing else) to Arrow's JSON reader, which
+unpacks them in C++ on every core, and unpacks in Python only the lines Arrow cannot take
+exactly as `unpack_line` would: a block Arrow rejects (any line with another field, another
+type, invalid JSON or invalid UTF-8), and lines whose meaning a null hides (a null topic against
+a missing one; a null value, unless the line spells the tombstone's `"value":null`, as a missing
+value is an error) or whose number is out of its column's range.
 """
 
 from __future__ import annotations

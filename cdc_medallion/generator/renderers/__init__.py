@@ -1,14 +1,16 @@
 """One renderer per format: the same history written with that vendor's conventions.
 
 A renderer writes files under a folder and returns a `RenderedSource`: what a pipeline needs
-to read them (format, layout, options) and the tables to key in gold. Renderers register
-themselves with `@register_renderer`; every module in this package is imported here.
+to read them (format, layout, options) and the tables to key in gold. The renderer modules are
+listed by name in `RENDERER_MODULES` and imported here; each registers its renderer with
+`@register_renderer`. A list rather than discovery, so helper modules (`kafka_dump`,
+`_json_common`) need no exception and a second renderer for one format is an error, not a
+silent replacement.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +34,16 @@ Renderer = Callable[[History, Path], RenderedSource]
 RENDERERS: dict[str, Renderer] = {}
 
 
+def _qualified(func: Renderer) -> str:
+    return f"{func.__module__}.{func.__qualname__}"
+
+
 def register_renderer(fmt: str) -> Callable[[Renderer], Renderer]:
     def register(func: Renderer) -> Renderer:
+        if fmt in RENDERERS:
+            raise ValueError(
+                f"renderer for format {fmt!r} registered twice: {_qualified(RENDERERS[fmt])} and {_qualified(func)}"
+            )
         RENDERERS[fmt] = func
         return func
 
@@ -47,6 +57,18 @@ def render(history: History, fmt: str, out: Path) -> RenderedSource:
     return RENDERERS[fmt](history, out)
 
 
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    if not _module.startswith("_"):
-        importlib.import_module(f"{__name__}.{_module}")
+RENDERER_MODULES = (
+    "aws_dms_json",
+    "canal_json",
+    "dataworks_json",
+    "debezium_json",
+    "dts_avro",
+    "ibm_qrep_delimited",
+    "maxwell_json",
+    "ogg_json",
+    "qlik_json",
+    "shareplex_json",
+)
+
+for _module in RENDERER_MODULES:
+    importlib.import_module(f"{__name__}.{_module}")

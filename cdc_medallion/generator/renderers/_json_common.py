@@ -98,8 +98,8 @@ def walk(history: History) -> Iterator[Step]:
             if change.op == "DDL" and change.added is not None:
                 columns[spec.name].append(change.added)
             rows = live[spec.name]
-            # Only a truncate needs the rows it removes: copying the table for every change made
-            # rendering quadratic in time and memory (20 GB at 100k changes).
+            # Only a truncate needs the rows it removes: copying the table for every change would
+            # make rendering quadratic in time and memory.
             before = dict(rows) if change.op == "TRUNCATE" else {}
             yield Step(tx, index, change, spec, list(columns[spec.name]), before)
             _apply(spec, rows, change)
