@@ -65,4 +65,4 @@ def test_a_message_without_outcome_is_a_red_mismatch(spark):
     assert result.unaccounted_samples[:2] == ["in.jsonl:1", "in.jsonl:2"]
     html = render_index([], TableState(accounting=[result]), "accounting test")
     assert 'data-balanced="false"' in html and "MISMATCH" in html
-    assert "class='accounting bad'" in html
+    assert 'class="accounting bad"' in html

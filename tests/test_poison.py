@@ -238,7 +238,7 @@ def test_a_failing_flow_stops_neither_the_other_tables_nor_later_runs(spark, tmp
     assert {e["origin"]["flow_name"] for e in failed} == {"gold_d", "gold_d_history"}
     assert all(json.loads(e["details"])["flow_progress"]["status"] == "FAILED" for e in failed)
     index = report_for_storage(storage, tmp_path / "report", spark=spark).read_text(encoding="utf-8")
-    assert "<td class='failed-flows bad'>gold_d, gold_d_history</td>" in index  # the report names them
+    assert '<td class="failed-flows bad">gold_d, gold_d_history</td>' in index  # the report names them
 
     with feed.open("a", encoding="utf-8") as handle:
         handle.write(canal("a", "UPDATE", [{"id": "1", "v": "b"}], es=3) + "\n")

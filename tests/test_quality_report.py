@@ -5,6 +5,7 @@ report is built through the CLI and checked as HTML and in headless Chromium."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import shutil
@@ -17,7 +18,15 @@ from cdc_medallion.cli import main
 from cdc_medallion.config import load_conf
 from cdc_medallion.formats import format_names
 from cdc_medallion.pipeline import run_pipeline
-from cdc_medallion.quality.report import report_from_event_log
+from cdc_medallion.quality.accounting import SourceAccounting
+from cdc_medallion.quality.events import Check, DatasetRun, ExpectationRun, Update
+from cdc_medallion.quality.report import (
+    HeartbeatLag,
+    QuarantineReason,
+    TableState,
+    build_pages,
+    report_from_event_log,
+)
 from cdc_medallion.storage.delta_store import DeltaStore
 from tests.conftest import REPO
 
@@ -26,6 +35,8 @@ pytestmark = pytest.mark.xdist_group("quality_report")
 
 ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM = Path("/usr/bin/chromium")
+# A malformed IBM record holding markup: its raw message is shown in the report, as text.
+MARKUP_RECORD = 'not a record <script>alert("planted")</script> & <img src=x onerror=alert(1)>'
 QLIK_METADATA = {
     "magic": "atMSG",
     "type": "MD",
@@ -120,7 +131,7 @@ def write_planted(folder: Path) -> Path:
         ibm_record(1, 0, "REPL", (11, "ann", 110), (11, "ann", 120)),
         # segment 0001 of a transaction whose other segments never come: held
         ibm_record(2, 1, "ISRT", None, (21, "cy", 5)),
-        "not a record",  # malformed: quarantined
+        MARKUP_RECORD,  # malformed: quarantined
     ]
     (folder / "ibm.del").write_text("\n".join(ibm) + "\n", encoding="utf-8")
     conf = folder / "pipeline.yml"
@@ -153,14 +164,22 @@ tables:
 
 
 class Elements(HTMLParser):
-    """Every element's tag and attributes (the report puts its numbers in data-* attributes)."""
+    """Every element's tag and attributes (the report puts its numbers in data-* attributes), and
+    the page's text as a browser reads it (entities resolved)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.found: list[tuple[str, dict[str, str | None]]] = []
+        self.texts: list[str] = []
 
     def handle_starttag(self, tag, attrs):
         self.found.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.texts.append(data)
+
+    def tags(self) -> set[str]:
+        return {tag for tag, _ in self.found}
 
     def rows(self, cls: str, **match: str) -> list[dict[str, str | None]]:
         wanted = {f"data-{k.replace('_', '-')}": v for k, v in match.items()}
@@ -258,6 +277,62 @@ def test_malformed_messages_are_quarantined_with_their_bronze_reference(index):
     assert "not a record" in index
 
 
+def test_markup_in_a_raw_message_shows_as_text(index):
+    """The malformed record's `<script>` and `<img>` are the sample's text, not elements."""
+    page = elements(index)
+    assert MARKUP_RECORD in page.texts  # the raw message, whole, as the <pre>'s text
+    assert not page.tags() & {"script", "img"}
+    assert MARKUP_RECORD not in index and "&lt;script&gt;" in index and "&amp;" in index
+
+
+MARKUP = '<script>alert("x")</script> & \'q\' "><img src=x onerror=alert(1)>'
+
+
+def test_every_value_from_the_data_is_escaped_on_every_page():
+    """Table, rule, source and check names, reasons, raw messages, errors and links come from the
+    data: markup in any of them shows as text, and an attribute holding quotes keeps its whole value."""
+    table = f"silver_{MARKUP}"
+    update = Update("0123456789abcdef", dt.datetime(2026, 1, 5, 9, 0), state="FAILED")
+    update.datasets = {table: DatasetRun(table, 3, 1, 1)}
+    update.expectations = {(table, MARKUP): ExpectationRun(table, MARKUP, 2, 1)}
+    update.checks = [
+        Check("great_expectations", table, MARKUP, False, observed=MARKUP, expected=MARKUP, description=MARKUP)
+    ]
+    update.failed_flows = [MARKUP]
+    update.errors = [MARKUP]
+    held = {"bronze_ref": MARKUP, "tx_id": MARKUP, "source_table": MARKUP, "detail": MARKUP}
+    accounting = SourceAccounting(MARKUP, 2, {"change": 1}, unaccounted=1, held=[held], unaccounted_samples=[MARKUP])
+    update.accounting = [accounting.as_dict()]
+    state = TableState(
+        quarantine=[
+            QuarantineReason(f"{table}_quarantine", MARKUP, 1, [{"bronze_ref": MARKUP, "error": MARKUP, "raw": MARKUP}])
+        ],
+        quarantine_rows={f"{table}_quarantine": 1},
+        heartbeats=[HeartbeatLag(MARKUP, 1, None, 5.0, 5.0)],
+        accounting=[accounting],
+        row_counts=[{"name": table, "layer": "silver", "rows": 3}],
+    )
+    pages = build_pages([update], state, MARKUP, docs_href=MARKUP)
+    assert sorted(pages) == ["index.html", f"{update.slug}.html"]
+    for name, html in pages.items():
+        page = elements(html)
+        assert not page.tags() & {"script", "img"}, name
+        assert MARKUP not in html, name
+        assert MARKUP in page.texts, name  # the title, at least
+        assert page.one("expectation", dataset=table, expectation=MARKUP)["data-failed"] == "1"
+        described = [a for tag, a in page.found if tag == "td" and a.get("title") == MARKUP]
+        assert len(described) == 1, name  # the check, its description in a title attribute
+        assert page.one("accounting", source=MARKUP)["data-balanced"] == "false"
+    index = elements(pages["index.html"])
+    assert index.one("reason", dataset=f"{table}_quarantine", rule=MARKUP)["data-count"] == "1"
+    assert index.one("held", source=MARKUP, ref=MARKUP)
+    assert index.one("heartbeat", source=MARKUP)["data-count"] == "1"
+    assert index.one("dataset", name=table)["data-rows"] == "3"
+    assert [a["href"] for tag, a in index.found if tag == "a" and a.get("id") == "gx-docs"] == [MARKUP]
+    for text in ("MISMATCH in " + MARKUP, f"{table}_quarantine · {MARKUP}"):  # a badge, a chart's tooltip
+        assert any(text in t for t in index.texts), text
+
+
 def test_gx_suites_ran_and_their_data_docs_exist(planted, index):
     conf, summary, output = planted
     docs = conf.storage / "_system" / "quality" / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
@@ -294,7 +369,8 @@ def test_report_from_a_databricks_style_event_log_dataframe(spark, planted):
 
 
 def test_report_renders_in_headless_chromium(planted):
-    """No console errors, every chart drawn with a size, a screenshot kept in test-artifacts/."""
+    """No console errors, every chart drawn with a size, markup from a message shown as text, a
+    screenshot kept in test-artifacts/."""
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is not installed (`make test` installs Debian's chromium as root)")
     try:
@@ -326,6 +402,8 @@ def test_report_renders_in_headless_chromium(planted):
             )
             marks = page.eval_on_selector_all("svg.chart .mark", "els => els.length")
             held = page.eval_on_selector_all("tr.held", "els => els.map(e => e.dataset.ref)")
+            injected = page.eval_on_selector_all("script, img", "els => els.length")
+            raw = page.eval_on_selector_all("div.sample pre", "els => els.map(e => e.textContent)")
             page.screenshot(path=str(ARTIFACTS / "quality-report.png"), full_page=True)
             update_page = next(output.glob("update-*.html"))
             page.goto(update_page.as_uri())
@@ -338,6 +416,7 @@ def test_report_renders_in_headless_chromium(planted):
     assert len(sizes) >= 6 and all(w > 0 and h > 0 for w, h in sizes), sizes
     assert marks > 0 and update_sizes and all(w > 0 for w in update_sizes)
     assert len(held) == 1
+    assert injected == 0 and MARKUP_RECORD in raw  # the planted markup is shown as text
     assert (ARTIFACTS / "quality-report.png").stat().st_size > 10_000
     shutil.copy(output / "index.html", ARTIFACTS / "quality-report.html")
 

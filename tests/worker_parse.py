@@ -22,13 +22,16 @@ def main(confs: list[str]) -> int:
     import cdc_medallion.cli
     import cdc_medallion.layers.bronze
     import cdc_medallion.layers.gold
-    import cdc_medallion.layers.silver
-    import cdc_medallion.quality.report  # noqa: F401
+    import cdc_medallion.layers.silver  # noqa: F401
     from cdc_medallion.config import load_conf
     from cdc_medallion.formats import get_format
     from cdc_medallion.model import BRONZE_SCHEMA
+    from cdc_medallion.quality.report import render_index
     from cdc_medallion.sources.files import FileLanding
 
+    # The report job renders with the core's jinja2, from the templates the wheel ships.
+    if "</html>" not in render_index([], None, "worker environment"):
+        raise SystemExit("the quality report rendered no page")
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("cdc-medallion-worker-env")
