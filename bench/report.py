@@ -104,6 +104,20 @@ HANDOFF_HEADLINE = {
 }
 
 
+def _incremental_lines(inc: dict[str, Any]) -> list[str]:
+    lines = ["| gold rows | changes | load s | increment s | increment gold s |", "|---:|---:|---:|---:|---:|"]
+    for r in inc["runs"].values():
+        gold = r["increment_stages_s"]["gold"]
+        lines.append(_row([f"{r['rows']:,}", f"{r['changes']:,}", r["load_s"], r["increment_s"], gold]))
+    return [
+        *lines,
+        "",
+        f"Cost ratio (10× table / 1× table): whole increment {inc['incremental_cost_ratio_10x_table']}, "
+        f"gold stage {inc['gold_cost_ratio_10x_table']}.",
+        "",
+    ]
+
+
 def _row(cells: list) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
@@ -313,21 +327,13 @@ def markdown(results: dict[str, Any], chart_name: str | None) -> str:
         lines.append("")
     if results.get("incremental"):
         inc = results["incremental"]
-        lines += [
-            "## Incremental: the same changes into a 10× bigger table",
-            "",
-            "| gold rows | changes | load s | increment s | increment gold s |",
-            "|---:|---:|---:|---:|---:|",
-        ]
-        for r in inc["runs"].values():
-            gold = r["increment_stages_s"]["gold"]
-            lines.append(_row([f"{r['rows']:,}", f"{r['changes']:,}", r["load_s"], r["increment_s"], gold]))
-        lines += [
-            "",
-            f"Cost ratio (10× table / 1× table): whole increment {inc['incremental_cost_ratio_10x_table']}, "
-            f"gold stage {inc['gold_cost_ratio_10x_table']}.",
-            "",
-        ]
+        lines += ["## Incremental: the same changes into a 10× bigger table", ""]
+        lines += _incremental_lines(inc)
+        if inc.get("other_deletion_vectors"):
+            other = inc["other_deletion_vectors"]
+            setting = "on" if other["deletion_vectors"] else "off"
+            lines += [f"Deletion vectors {setting} (above: the engine's default):", ""]
+            lines += _incremental_lines(other)
     if results.get("tables"):
         t = results["tables"]
         held = t.get("small_update_messages")

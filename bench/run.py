@@ -50,6 +50,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="measure the checkout there with its own harness, e.g. /work/old-engine ($BENCH_ENGINE_ROOT)",
     )
     parser.add_argument("--tables", type=int, default=200, help="the many-tables case")
+    parser.add_argument(
+        "--deletion-vectors-too",
+        action="store_true",
+        default=os.environ.get("BENCH_DELETION_VECTORS_TOO") == "1",
+        help="the incremental part also with deletion vectors set the other way ($BENCH_DELETION_VECTORS_TOO=1)",
+    )
 
     def optional(name: str, env: str, help_text: str) -> None:
         value = os.environ.get(env)
@@ -229,21 +235,38 @@ def incremental(spark, sampler, args) -> dict[str, Any]:
     """The same changes into a table and into one ten times bigger: the increment should cost
     what it touches, not what the table holds (target: at most 1.5× for the 10× table)."""
     from bench.workloads import incremental as make
+    from cdc_medallion.storage.delta_store import DELETION_VECTORS_DEFAULT, gold_features
 
     big = args.incremental_rows or (10 * args.n if args.ten_million else args.n)
     rows_list = [big // 10, big]
     changes = args.incremental_changes or max(1000, min(100_000, big // 100))
-    results: dict[str, Any] = {}
-    for rows in rows_list:
-        say(f"incremental: {changes:,} changes into a gold table of {rows:,} rows")
-        work = make(args.work / "inputs", "debezium-json", rows, changes, say=say)
-        results[str(rows)] = _increment(spark, sampler, work)
-    small, large = (results[str(r)] for r in rows_list)
-    return {
-        "runs": results,
-        "incremental_cost_ratio_10x_table": _ratio(large, small),
-        "gold_cost_ratio_10x_table": _ratio(large, small, "gold"),
-    }
+
+    def both_sizes(deletion_vectors: bool | None) -> dict[str, Any]:
+        """Each size in fresh tables; None leaves deletion vectors to the engine's default."""
+        if deletion_vectors is not None:
+            spark.conf.set(DELETION_VECTORS_DEFAULT, str(deletion_vectors).lower())
+        setting = "as the engine sets them" if deletion_vectors is None else ("on" if deletion_vectors else "off")
+        results: dict[str, Any] = {}
+        for rows in rows_list:
+            say(f"incremental: {changes:,} changes into {rows:,} rows, deletion vectors {setting}")
+            work = make(args.work / "inputs", "debezium-json", rows, changes, say=say)
+            results[str(rows)] = _increment(spark, sampler, work)
+        small, large = (results[str(r)] for r in rows_list)
+        return {
+            "runs": results,
+            "incremental_cost_ratio_10x_table": _ratio(large, small),
+            "gold_cost_ratio_10x_table": _ratio(large, small, "gold"),
+        }
+
+    spark.conf.unset(DELETION_VECTORS_DEFAULT)
+    in_gold = gold_features(spark)["delta.enableDeletionVectors"] == "true"
+    try:
+        measured = both_sizes(None) | {"deletion_vectors": in_gold}
+        if args.deletion_vectors_too:  # every new table then takes the other setting
+            measured["other_deletion_vectors"] = both_sizes(not in_gold) | {"deletion_vectors": not in_gold}
+    finally:
+        spark.conf.unset(DELETION_VECTORS_DEFAULT)
+    return measured
 
 
 def _increment(spark, sampler, work) -> dict[str, Any]:

@@ -89,6 +89,28 @@ def test_the_incremental_section_gives_both_runs_and_the_ratio():
     assert "all in Spark" not in text and "driver_apply_max_rows" not in text and "20.0" not in text
 
 
+def test_the_incremental_section_gives_the_other_deletion_vector_setting_beside_the_default():
+    head = report_head("incremental")
+
+    def run(rows: int, seconds: float) -> dict:
+        stages = {"bronze": 1.0, "silver": 2.0, "gold": seconds - 3.0}
+        return {"rows": rows, "changes": 100, "load_s": 9.0, "increment_s": seconds, "increment_stages_s": stages}
+
+    def measured(small: float, large: float) -> dict:
+        ratio = round(large / small, 3)
+        runs = {"1000": run(1000, small), "10000": run(10000, large)}
+        return {"runs": runs, "incremental_cost_ratio_10x_table": ratio, "gold_cost_ratio_10x_table": ratio}
+
+    other = measured(10.0, 12.0) | {"deletion_vectors": True}
+    text = markdown(
+        head | {"incremental": measured(10.0, 30.0) | {"deletion_vectors": False, "other_deletion_vectors": other}},
+        None,
+    )
+    default, _, with_vectors = text.partition("Deletion vectors on (above: the engine's default):")
+    assert "| 10,000 | 100 | 9.0 | 30.0 | 27.0 |" in default and "whole increment 3.0," in default
+    assert "| 10,000 | 100 | 9.0 | 12.0 | 9.0 |" in with_vectors and "whole increment 1.2," in with_vectors
+
+
 def test_growth_shows_stages_and_cold_start_its_median():
     head = report_head("growth") | {"parts": ["cold", "growth"]}
     memory = {"driver_gib": 1.2}

@@ -9,7 +9,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from cdc_medallion.errors import ConcurrentRunError, IdentifierError, SchemaMismatch
 from cdc_medallion.runner.local import StorageLock
-from cdc_medallion.storage.delta_store import DeltaStore, Txn
+from cdc_medallion.storage.delta_store import DELETION_VECTORS_DEFAULT, DeltaStore, Txn
 from tests.helpers import datasets, gold_name, gold_rows, ingest, parse, read_rows
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("v", StringType())])
@@ -84,6 +84,34 @@ def test_every_commit_is_delta_sparks_and_our_metadata_is_table_properties(spark
     assert not list(store.path("gold_t").glob("_cdc_medallion*"))  # no sidecar files
     changes = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0)
     assert changes.load(str(store.path("gold_t"))).count() == 1
+
+
+def test_gold_merges_mark_replaced_rows_with_deletion_vectors_unless_the_session_says_otherwise(spark, storage):
+    """A MERGE into gold marks the rows it replaces (a deletion vector) instead of rewriting their
+    file; a session that sets Delta's own default for new tables is followed instead."""
+    store = DeltaStore(storage, spark)
+    gold = {"layer": "gold", "source_table": "t", "scd_type": "1"}
+    store.ensure_table("gold_t", SCHEMA, gold)
+    store.append("gold_t", spark.createDataFrame([(i, "a") for i in range(100)], SCHEMA).coalesce(1), Txn("q", 0))
+    with store.idempotent(spark, Txn("merger", 1)):
+        store.merge_table("gold_t", spark).alias("t").merge(
+            spark.createDataFrame([(5, "b")], SCHEMA).alias("s"), "t.id = s.id"
+        ).whenMatchedUpdateAll().execute()
+    assert store.properties("gold_t")["delta.enableDeletionVectors"] == "true"
+    adds = [
+        json.loads(line)["add"]
+        for line in (store.path("gold_t") / "_delta_log" / f"{2:020d}.json").read_text().splitlines()
+        if '"add"' in line
+    ]
+    assert any(add.get("deletionVector") for add in adds)  # the 100-row file stays, one row marked
+    assert sorted(tuple(r) for r in store.read("gold_t").collect())[4:7] == [(4, "a"), (5, "b"), (6, "a")]
+
+    spark.conf.set(DELETION_VECTORS_DEFAULT, "false")
+    try:
+        store.ensure_table("gold_u", SCHEMA, gold)
+    finally:
+        spark.conf.unset(DELETION_VECTORS_DEFAULT)
+    assert store.properties("gold_u")["delta.enableDeletionVectors"] == "false"
 
 
 def test_dataset_names_cannot_leave_the_storage_root(spark, storage):

@@ -33,8 +33,19 @@ SYSTEM_DIR = "_system"
 STATE_DIR = "_state"
 CHECKPOINT_DIR = "_checkpoints"
 _COMMIT = re.compile(r"^(\d{20})\.json$")
-#: Delta table properties our layers carry, besides Delta's own (`delta.*`).
-GOLD_FEATURES = {"delta.enableChangeDataFeed": "true"}
+#: Delta table properties our layers carry, besides Delta's own (`delta.*`). Gold's change data
+#: feed is what downstream users stream; deletion vectors let a MERGE mark the rows it replaces
+#: instead of rewriting their files, so a small batch into a big table costs what it touches.
+GOLD_FEATURES = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVectors": "true"}
+#: The session's default for new tables' deletion vectors (Delta's own setting, as on
+#: Databricks): when a session sets it, gold follows it instead of `GOLD_FEATURES`.
+DELETION_VECTORS_DEFAULT = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
+
+
+def gold_features(spark: SparkSession) -> dict[str, str]:
+    """`GOLD_FEATURES`, with deletion vectors as the session says when it says."""
+    chosen = spark.conf.get(DELETION_VECTORS_DEFAULT, None)
+    return GOLD_FEATURES | ({} if chosen is None else {"delta.enableDeletionVectors": chosen.strip().lower()})
 
 
 @dataclass(frozen=True)
@@ -133,7 +144,7 @@ class DeltaStore:
         builder = DeltaTable.createIfNotExists(self.spark).location(str(self.path(name))).addColumns(schema)
         settings = dict(properties or {})
         if settings.get("layer") == "gold":
-            settings = {**GOLD_FEATURES, **settings}
+            settings = {**gold_features(self.spark), **settings}
         if needs_column_mapping(schema.fieldNames()):
             settings = {**COLUMN_MAPPING, **settings}
         for key, value in settings.items():
