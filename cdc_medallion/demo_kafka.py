@@ -84,9 +84,10 @@ def source_rows(pg: Any, table: str) -> list[dict[str, Any]]:
 
 def pipeline_conf(bootstrap_servers: str) -> Any:
     from cdc_medallion.config import SourceConf, TableConf, load_conf
+    from cdc_medallion.sources.kafka_settings import KafkaSettings
 
     base = load_conf(REPO / "conf" / "local.yml")
-    kafka = {"bootstrap_servers": bootstrap_servers, "subscribe_pattern": rf"{PREFIX}\.public\..*"}
+    kafka = KafkaSettings(bootstrap_servers=bootstrap_servers, subscribe_pattern=rf"{PREFIX}\.public\..*")
     sources = (SourceConf(PREFIX, "debezium-json", kafka=kafka),)
     tables = tuple(TableConf(source=PREFIX, table=f"public.{t}", keys=k, name=t) for t, k in KEYS.items())
     return dataclasses.replace(base, name="demo-kafka", storage=STORAGE, sources=sources, tables=tables)

@@ -102,7 +102,7 @@ def test_order_by_option():
     early = parse(FAMILY, dms("insert", {"order_id": 1}, stamp="2024-05-01T10:00:01Z"), line=2, options=options)
     late = parse(FAMILY, dms("insert", {"order_id": 1}, stamp="2024-05-01T10:00:09Z"), line=1, options=options)
     assert early[0]["sequence"] < late[0]["sequence"]
-    with pytest.raises(ConfigError, match="order_by must be one of position, timestamp"):
+    with pytest.raises(ConfigError, match=r"key 'options\.order_by': must be one of position, timestamp, got 'lsn'"):
         get_format(FAMILY)("s", {"order_by": "lsn"})
 
 

@@ -59,7 +59,7 @@ def test_seed_delete_convention_is_configurable_per_source():
     assert pinned["kind"] == "error" and pinned["error"] == "data: DELETE without rows in `data` or `old`"
     [pinned] = parse(FAMILY, new_style, options={"delete_rows": "old"})
     assert pinned["error"] == "old: DELETE without rows in `old` (option delete_rows=old)"
-    with pytest.raises(ConfigError, match="delete_rows must be one of auto, data, old"):
+    with pytest.raises(ConfigError, match=r"key 'options\.delete_rows': must be one of auto, data, old, got 'both'"):
         get_format(FAMILY)("s", {"delete_rows": "both"})
 
 

@@ -26,7 +26,7 @@ import yaml
 from pyspark.sql.types import StructType
 
 from cdc_medallion import dp
-from cdc_medallion.config import SPARK_CONF_KEY, SourceConf, load_conf
+from cdc_medallion.config import SPARK_CONF_KEY, SourceConf, load_conf, parse_source
 from cdc_medallion.declarative import databricks
 from cdc_medallion.declarative.definitions import Action, AutoCdcFlow, DatasetKind, Flow
 from cdc_medallion.declarative.runtime import reading_with
@@ -516,7 +516,9 @@ def test_importable_pipelines_module_is_not_databricks(monkeypatch):
 
 # --- Kafka bronze --------------------------------------------------------------------------------
 def _source(kafka: dict, topic: str | None = None) -> SourceConf:
-    return SourceConf(name="shop", format="debezium-json", topic=topic, kafka=kafka)
+    """A source as the conf loader reads one (an empty `kafka` block: none)."""
+    raw = {"name": "shop", "format": "debezium-json", "topic": topic, **({"kafka": kafka} if kafka else {})}
+    return parse_source("conf.yml", raw, "sources[0]")
 
 
 CONF = {
@@ -722,4 +724,4 @@ def test_databricks_conf_sources_read_kafka():
     assert conf.sources and all(s.input is None for s in conf.sources)
     for source in conf.sources:
         settings = parse_kafka(source)
-        assert settings.sasl_password is not None
+        assert settings.sasl is not None and settings.sasl.password is not None

@@ -50,6 +50,7 @@ from cdc_medallion.config import PipelineConf, SourceConf, TableConf, load_conf
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.services.kafka_connect import KafkaConnect, postgres_connector
 from cdc_medallion.services.postgres import PostgresCluster, Unavailable
+from cdc_medallion.sources.kafka_settings import KafkaSettings
 from tests.conftest import REPO
 from tests.kafka_feed import rows, status
 
@@ -163,7 +164,7 @@ def pipeline_conf(storage: Path, bootstrap_servers: str) -> PipelineConf:
         SourceConf(
             name,
             "debezium-json",
-            kafka={"bootstrap_servers": bootstrap_servers, "subscribe_pattern": rf"{name}\.public\..*"},
+            kafka=KafkaSettings(bootstrap_servers=bootstrap_servers, subscribe_pattern=rf"{name}\.public\..*"),
         )
         for name in SOURCES
     )

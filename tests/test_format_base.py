@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import typing
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc_medallion.formats import get_format
-from cdc_medallion.formats.base import messages_of
+from cdc_medallion.errors import ConfigError
+from cdc_medallion.formats import format_names, get_format
+from cdc_medallion.formats.base import FormatOptions, messages_of
 from cdc_medallion.model import BRONZE_SCHEMA, KIND_ERROR
 from cdc_medallion.sources.files import BRONZE_ARROW
 from tests.helpers import message
@@ -77,3 +80,29 @@ def test_a_one_file_batch_is_parsed_on_every_core(spark, tmp_path):
     events = get_format("maxwell-json")("test", None).parse(bronze)
     assert events.rdd.getNumPartitions() == cores > 1
     assert events.count() == 50  # spread, not lost or doubled
+
+
+@pytest.mark.parametrize("fmt", format_names())
+def test_every_format_declares_typed_options(fmt):
+    """Each format's options are a model: an unknown key names the known ones, a boolean is a
+    boolean (a typo is an error, never false), a choice is one of its values."""
+    cls = get_format(fmt)
+    assert issubclass(cls.options, FormatOptions)
+    assert isinstance(cls("s", None).settings, cls.options)
+    keys = sorted(field.alias or name for name, field in cls.options.model_fields.items())
+    with pytest.raises(ConfigError) as error:
+        cls("s", {"no_such_option": 1})
+    assert f"key 'options.no_such_option': unknown key (known: {', '.join(keys) or 'none'})" in str(error.value)
+    for name, field in cls.options.model_fields.items():
+        key = field.alias or name
+        if field.annotation is bool:
+            assert getattr(cls("s", {key: "false"}).settings, name) is False  # text, as from --option
+            assert getattr(cls("s", {key: True}).settings, name) is True
+            for typo in ("flase", "yes please", 2):
+                with pytest.raises(ConfigError, match=rf"key 'options\.{key}': must be true or false"):
+                    cls("s", {key: typo})
+        if typing.get_origin(field.annotation) is typing.Literal:
+            choices = typing.get_args(field.annotation)
+            assert getattr(cls("s", {key: choices[-1]}).settings, name) == choices[-1]
+            with pytest.raises(ConfigError, match=rf"key 'options\.{key}': must be one of {', '.join(choices)}, got"):
+                cls("s", {key: "nope"})

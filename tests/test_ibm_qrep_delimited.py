@@ -245,7 +245,9 @@ def test_lsn_widths_sort_as_numbers():
         ({"code_page": "klingon"}, "option 'code_page': unknown code page"),
         ({"tables": {"T": ["A:NOT_A_TYPE"]}}, "unknown column type 'NOT_A_TYPE'"),
         ({"tables": {"T": ["A;INT"]}}, "must be a column name and a type name"),
-        ({"incomplete_timeout_seconds": "soon"}, "expected seconds"),
+        ({"incomplete_timeout_seconds": "soon"}, "key 'options.incomplete_timeout_seconds': must be a number"),
+        ({"incomplete_timeout_seconds": -1}, "key 'options.incomplete_timeout_seconds': must be 0 or more, got -1"),
+        ({"repair_typographic_quotes": "flase"}, "key 'options.repair_typographic_quotes': must be true or false"),
         ({"time_zone": "Mars/Olympus"}, "unknown time zone"),
     ],
 )

@@ -26,6 +26,7 @@ from cdc_medallion.generator.history import generate_history
 from cdc_medallion.generator.renderers import RENDERERS, render
 from cdc_medallion.layers import bronze_name, silver_name
 from cdc_medallion.pipeline import run_pipeline
+from cdc_medallion.sources.kafka_settings import KafkaSettings
 from tests.helpers import gold_of, land_and_parse, read_rows, rendered_pipeline, source_of
 from tests.kafka_feed import ORIGIN_HEADER, has, produce, records, ref_of, rows
 
@@ -49,7 +50,7 @@ def kafka_conf(conf: PipelineConf, storage: Path, bootstrap_servers: str, topics
             s,
             input=None,
             topic=None,
-            kafka={"bootstrap_servers": bootstrap_servers, "subscribe": ",".join(topics[s.name])},
+            kafka=KafkaSettings(bootstrap_servers=bootstrap_servers, subscribe=",".join(topics[s.name])),
         )
         for s in conf.sources
     )

@@ -24,10 +24,11 @@ an absent column then keeps its previous value in gold. Such events carry the fl
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, Literal
 
-from cdc_medallion.errors import ConfigError
-from cdc_medallion.formats.base import Format, ParseError, register_format
+from pydantic import Field
+
+from cdc_medallion.formats.base import Format, FormatOptions, ParseError, register_format
 from cdc_medallion.formats.json_common import (
     Image,
     change,
@@ -51,30 +52,30 @@ from cdc_medallion.formats.values import dumps
 from cdc_medallion.model import OP_DELETE, OP_INSERT, OP_SNAPSHOT, OP_TRUNCATE, OP_UPDATE
 
 OPS = {"load": OP_SNAPSHOT, "insert": OP_INSERT, "update": OP_UPDATE, "delete": OP_DELETE}
-ORDERS = ("position", "timestamp")
+
+
+class AwsDmsJsonOptions(FormatOptions):
+    order_by: Literal["position", "timestamp"] = Field(
+        "position", description="position (landing order, as DMS writes each key's changes) or timestamp"
+    )
+    before_image_field: str = Field("before-image", description="the BeforeImageSettings FieldName of the task")
+    before_image_prefix: str = Field(
+        "BI_", description="prefix of before-image columns inside `data` ('' to read none)"
+    )
+    include_null_and_empty: bool = Field(
+        False, description="true when the endpoint sets IncludeNullAndEmpty, so that an absent column is really absent"
+    )
 
 
 @register_format
 class AwsDmsJson(Format):
     name = "aws-dms-json"
-    options: ClassVar[Mapping[str, tuple[Any, str]]] = {
-        "order_by": ("position", "position (landing order, as DMS writes each key's changes) or timestamp"),
-        "before_image_field": ("before-image", "the BeforeImageSettings FieldName of the task"),
-        "before_image_prefix": ("BI_", "prefix of before-image columns inside `data` ('' to read none)"),
-        "include_null_and_empty": (
-            False,
-            "true when the endpoint sets IncludeNullAndEmpty, so that an absent column is really absent",
-        ),
-    }
+    options = AwsDmsJsonOptions
+    settings: AwsDmsJsonOptions
 
     def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(source_name, options)
-        if self.settings["order_by"] not in ORDERS:
-            raise ConfigError(
-                f"source {source_name!r}: option order_by must be one of {', '.join(ORDERS)}, "
-                f"got {self.settings['order_by']!r}"
-            )
-        self.complete_images = str(self.settings["include_null_and_empty"]).lower() in ("true", "1", "yes")
+        self.complete_images = self.settings.include_null_and_empty
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         document = load_document(message)
@@ -136,7 +137,7 @@ class AwsDmsJson(Format):
         data = image_of(document.get("data"), "data")
         if data is None or op != OP_UPDATE:
             return data, None
-        field, prefix = self.settings["before_image_field"], self.settings["before_image_prefix"]
+        field, prefix = self.settings.before_image_field, self.settings.before_image_prefix
         before = image_of(document.get(field), field) if field else None
         if prefix:
             prefixed = {c: v for c, v in data.items() if c.startswith(prefix)}
@@ -146,7 +147,7 @@ class AwsDmsJson(Format):
         return data, before
 
     def _sequence(self, message: BronzeMessage, meta: Mapping[str, Any], event_ts: Any) -> str:
-        if self.settings["order_by"] == "position":
+        if self.settings.order_by == "position":
             return sequence(message)
         stamp = "" if event_ts is None else event_ts.strftime("%Y%m%d%H%M%S%f")
         return sequence(

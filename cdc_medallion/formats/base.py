@@ -22,6 +22,7 @@ from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import EPOCH
 from cdc_medallion.identifiers import COLUMN_NAME_RULE, TABLE_NAME_RULE, is_column_name, is_table_name
 from cdc_medallion.model import EVENT_COLUMNS, EVENT_SCHEMA, KIND_ERROR, KIND_HELD
+from cdc_medallion.strict import StrictModel, check
 
 RAW_MESSAGE_LIMIT = 4096
 
@@ -35,12 +36,23 @@ class ParseError(Exception):
         self.reason = reason
 
 
+class FormatOptions(StrictModel):
+    """A format's options (`options:` of a source in conf, `ingest --option NAME=VALUE`).
+
+    Each format module declares its own subclass beside its format: a field per option, with its
+    type, default and description. Text from the command line becomes the field's type (`true`,
+    `86400`); what does not fit it (`flase`, a choice not offered) is a config error, never a
+    default.
+    """
+
+
 class Format(abc.ABC):
-    """Base format. Subclasses set `name`, document their `options`, implement `parse_message`."""
+    """Base format. Subclasses set `name`, declare their `options`, implement `parse_message`."""
 
     name: ClassVar[str]
-    #: option name -> (default, description); unknown options are a config error.
-    options: ClassVar[Mapping[str, tuple[Any, str]]] = {}
+    #: The format's options model (none by default); unknown options are a config error.
+    options: ClassVar[type[FormatOptions]] = FormatOptions
+    settings: FormatOptions
     #: Stateful formats see a whole batch at once, in landing order (`parse_messages`), with
     #: the messages they held in earlier batches re-fed (an unpaired UPDATE_BEFOR, an
     #: incomplete segmented transaction; each reported once as a `held` event) and earlier
@@ -55,16 +67,8 @@ class Format(abc.ABC):
 
     def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
         self.source_name = source_name
-        given = dict(options or {})
-        unknown = sorted(set(given) - set(self.options))
-        if unknown:
-            from cdc_medallion.errors import ConfigError
-
-            raise ConfigError(
-                f"source {source_name!r}: unknown option {unknown[0]!r} for format {self.name} "
-                f"(known: {', '.join(sorted(self.options)) or 'none'})"
-            )
-        self.settings = {key: given.get(key, default) for key, (default, _) in self.options.items()}
+        where = f"source {source_name!r}, format {self.name}"
+        self.settings = check(self.options, dict(options or {}), where, at="options")
 
     @abc.abstractmethod
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:

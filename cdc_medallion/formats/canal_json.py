@@ -23,10 +23,12 @@ import base64
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, Literal
+
+from pydantic import Field
 
 from cdc_medallion.errors import ConfigError
-from cdc_medallion.formats.base import Format, ParseError, register_format
+from cdc_medallion.formats.base import Format, FormatOptions, ParseError, register_format
 from cdc_medallion.formats.json_common import (
     Image,
     change,
@@ -52,7 +54,6 @@ from cdc_medallion.sqltypes import spark_type
 
 OPS = {"INSERT": OP_INSERT, "INIT": OP_SNAPSHOT, "UPDATE": OP_UPDATE, "DELETE": OP_DELETE}
 DDL_TYPES = ("CREATE", "ALTER", "ERASE", "QUERY", "RENAME", "CINDEX", "DINDEX", "DDL", "TRUNCATE")
-DELETE_ROWS = ("auto", "data", "old")
 
 # java.sql.Types codes (Canal's `sqlType`) -> Spark types, for columns without `mysqlType`.
 JDBC_TYPES = {
@@ -126,25 +127,20 @@ def mysql_spark_type(mysql_type: str) -> str | None:
         return None
 
 
+class CanalJsonOptions(FormatOptions):
+    delete_rows: Literal["auto", "data", "old"] = Field(
+        "auto",
+        description="where DELETE rows are: auto (in `data`, or in `old` when `data` is null, as DTS instances "
+        "created before 2022-03-20 write them), data, or old",
+    )
+    table: str | None = Field(None, description="table name for messages that name none")
+
+
 @register_format
 class CanalJson(Format):
     name = "canal-json"
-    options: ClassVar[Mapping[str, tuple[Any, str]]] = {
-        "delete_rows": (
-            "auto",
-            "where DELETE rows are: auto (in `data`, or in `old` when `data` is null, as DTS instances "
-            "created before 2022-03-20 write them), data, or old",
-        ),
-        "table": (None, "table name for messages that name none"),
-    }
-
-    def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
-        super().__init__(source_name, options)
-        if self.settings["delete_rows"] not in DELETE_ROWS:
-            raise ConfigError(
-                f"source {source_name!r}: option delete_rows must be one of {', '.join(DELETE_ROWS)}, "
-                f"got {self.settings['delete_rows']!r}"
-            )
+    options = CanalJsonOptions
+    settings: CanalJsonOptions
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         document = load_document(message)
@@ -198,7 +194,7 @@ class CanalJson(Format):
 
     # --- parts ----------------------------------------------------------------------------
     def _table(self, document: Mapping[str, Any]) -> str:
-        table = text_field(document.get("table"), "table") or self.settings["table"]
+        table = text_field(document.get("table"), "table") or self.settings.table
         if not table:
             raise ParseError("table", "missing, and no `table` option to take it from")
         return table
@@ -208,7 +204,7 @@ class CanalJson(Format):
         data, old = _row_list(document, "data"), _row_list(document, "old")
         flags: list[str] = []
         if op == OP_DELETE:
-            convention = self.settings["delete_rows"]
+            convention = self.settings.delete_rows
             if convention == "old" or (convention == "auto" and not data and old):
                 if not old:
                     raise ParseError("old", "DELETE without rows in `old` (option delete_rows=old)")

@@ -20,9 +20,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as default
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any
 
-from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
+from pydantic import Field
+
+from cdc_medallion.formats.base import Format, FormatOptions, ParseError, millis_to_ts, register_format
 from cdc_medallion.formats.json_common import (
     count_field,
     id_field,
@@ -138,23 +140,28 @@ class ValueSchema:
         return cls(schema, fields, types, source_types, decoders)
 
 
+class DebeziumJsonOptions(FormatOptions):
+    table: str | None = Field(
+        None, description="table name for messages whose source block names none (schemaless test data)"
+    )
+    schema_name: str | None = Field(None, alias="schema", description="schema name for such messages")
+    unavailable_value_placeholder: str | None = Field(
+        UNAVAILABLE,
+        description="the connector's `unavailable.value.placeholder`: a column holding it is left out of the image",
+    )
+
+
 @register_format
 class DebeziumJson(Format):
     name = "debezium-json"
-    options: ClassVar[Mapping[str, tuple[Any, str]]] = {
-        "table": (None, "table name for messages whose source block names none (schemaless test data)"),
-        "schema": (None, "schema name for such messages"),
-        "unavailable_value_placeholder": (
-            UNAVAILABLE,
-            "the connector's `unavailable.value.placeholder`: a column holding it is left out of the image",
-        ),
-    }
+    options = DebeziumJsonOptions
+    settings: DebeziumJsonOptions
 
     def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(source_name, options)
         self._schemas: dict[bytes, ValueSchema] = {}
         # The placeholder as text, and as the JSON converter writes it in a bytes column (base64).
-        text = self.settings["unavailable_value_placeholder"]
+        text = self.settings.unavailable_value_placeholder
         self._placeholders = (str(text), base64.b64encode(str(text).encode()).decode()) if text else None
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
@@ -250,7 +257,7 @@ class DebeziumJson(Format):
         op = OPS[code]
         table = (
             text_field(source.get("table"), "payload.source.table")
-            or self.settings["table"]
+            or self.settings.table
             or self._table_from_topic(message)
         )
         if not table:
@@ -309,7 +316,7 @@ class DebeziumJson(Format):
         return {
             "kind": KIND_CHANGE,
             "source_db": text_field(source.get("db"), "payload.source.db"),
-            "source_schema": text_field(source.get("schema"), "payload.source.schema") or self.settings["schema"],
+            "source_schema": text_field(source.get("schema"), "payload.source.schema") or self.settings.schema_name,
             "source_table": str(table),
             "op": op,
             "key_columns": list(key) if key else None,
@@ -350,8 +357,8 @@ class DebeziumJson(Format):
 
     def _table_from_topic(self, message: BronzeMessage) -> str | None:
         """Debezium topics are `prefix.schema.table`; the last segment names the table."""
-        if self.settings["table"]:
-            return self.settings["table"]
+        if self.settings.table:
+            return self.settings.table
         if message.topic:
             return message.topic.rsplit(".", 1)[-1]
         return None

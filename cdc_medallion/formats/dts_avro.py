@@ -49,10 +49,11 @@ import re
 import zoneinfo
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Literal
 
-from cdc_medallion.errors import ConfigError
-from cdc_medallion.formats.base import Format, ParseError, register_format
+from pydantic import Field
+
+from cdc_medallion.formats.base import Format, FormatOptions, ParseError, register_format
 from cdc_medallion.formats.json_common import change, schema_change, sequence, tombstone, value_text
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import EPOCH, timestamp_text
@@ -157,25 +158,23 @@ def _is_one_long(data: bytes) -> bool:
     return len(data) <= 10 and all(b & 0x80 for b in data[:-1]) and not data[-1] & 0x80
 
 
+class DtsAvroOptions(FormatOptions):
+    fraction_unit: Literal["micros", "millis"] = Field(
+        "micros",
+        description="unit of the `millis` fields of Timestamp and DateTime values: micros (as the official SDK "
+        "reads them) or millis",
+    )
+
+
 @register_format
 class DtsAvro(Format):
     name = "dts-avro"
-    options: ClassVar[Mapping[str, tuple[Any, str]]] = {
-        "fraction_unit": (
-            "micros",
-            "unit of the `millis` fields of Timestamp and DateTime values: micros (as the official SDK "
-            "reads them) or millis",
-        ),
-    }
+    options = DtsAvroOptions
+    settings: DtsAvroOptions
 
     def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(source_name, options)
-        if self.settings["fraction_unit"] not in FRACTION_UNITS:
-            raise ConfigError(
-                f"source {source_name!r}: option fraction_unit must be one of {', '.join(FRACTION_UNITS)}, "
-                f"got {self.settings['fraction_unit']!r}"
-            )
-        self.fraction = FRACTION_UNITS[self.settings["fraction_unit"]]
+        self.fraction = FRACTION_UNITS[self.settings.fraction_unit]
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         if message.value is None:

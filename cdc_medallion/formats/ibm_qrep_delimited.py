@@ -27,11 +27,13 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from pydantic import BeforeValidator, Field
+
 from cdc_medallion.errors import ConfigError
-from cdc_medallion.formats.base import RAW_MESSAGE_LIMIT, Format, ParseError, register_format
+from cdc_medallion.formats.base import RAW_MESSAGE_LIMIT, Format, FormatOptions, ParseError, register_format
 from cdc_medallion.formats.ibm_qrep_records import Delimiters, Header, RawRecord, RecordError, Scanner, parse_header
 from cdc_medallion.formats.ibm_qrep_tables import TableSpec, check_code_page, image, parse_tables
 from cdc_medallion.formats.message import BronzeMessage, Event
@@ -96,17 +98,6 @@ class _Transaction:
         return ", ".join(segments)
 
 
-def _bool(value: Any, name: str, source: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "1", "on"):
-        return True
-    if text in ("false", "no", "0", "off"):
-        return False
-    raise ConfigError(f"source {source!r}: option {name!r}: expected true or false, got {value!r}")
-
-
 def _char(value: Any) -> Any:
     """Delimiter option text: `\\n`, `\\t`, `\\r`, `\\xHH` and `\\uHHHH` as on a command line."""
     if isinstance(value, str) and len(value) > 1 and value.startswith("\\"):
@@ -117,6 +108,51 @@ def _char(value: Any) -> Any:
     return value
 
 
+def _tables_shape(value: Any) -> Any:
+    """Text (a command line's) or a mapping; `parse_tables` reads either and checks what is in it."""
+    if value is None or isinstance(value, str | Mapping):
+        return value
+    raise ValueError(f"must be a mapping of OWNER.TABLE to its columns, got {type(value).__name__}")
+
+
+def _none_from_text(value: Any) -> Any:
+    """`null` on a command line (`--option incomplete_timeout_seconds=null`) is YAML's null."""
+    return None if isinstance(value, str) and value.strip().lower() in ("", "null", "none") else value
+
+
+class IbmQrepDelimitedOptions(FormatOptions):
+    tables: Annotated[str | dict[Any, Any] | None, BeforeValidator(_tables_shape)] = Field(
+        None,
+        description="source tables and their columns in column-ID order: {OWNER.TABLE or TABLE: [COL:TYPE, ...] "
+        "or {COL: TYPE} or {columns: ..., code_page: ...}}, or TABLE=COL:TYPE,...;TABLE=... on a command line",
+    )
+    column_delimiter: str = Field(",", description="column delimiter (one non-alphanumeric character)")
+    record_delimiter: str = Field(
+        "\n",
+        description="record delimiter between change-data records of one message, as a character of the decoded "
+        "text (new line for both X'0A' in ASCII and X'25' in EBCDIC)",
+    )
+    string_delimiter: str = Field('"', description="string delimiter around character, date, time and LOB values")
+    decimal_character: str = Field(".", description="decimal character of numeric values")
+    code_page: str = Field(
+        "utf-8", description="Python codec of character data sent as hex (IBM-INVALID-COLUMN-...-HEX)"
+    )
+    message_encoding: str = Field(
+        "utf-8", description="Python codec of the message bytes (cp037 for EBCDIC read from MQ)"
+    )
+    time_zone: str = Field("UTC", description="time zone of commit_time and the message date/time (IANA name)")
+    incomplete_timeout_seconds: Annotated[float | None, BeforeValidator(_none_from_text)] = Field(
+        86400.0,
+        ge=0,
+        description="how long the segments of an incomplete transaction are held (by landing time of the oldest) "
+        "before they are quarantined; null: hold forever",
+    )
+    repair_typographic_quotes: bool = Field(
+        True,
+        description="accept a value closed by a typographic quote (”) followed by a delimiter, flagged repaired_quote",
+    )
+
+
 @register_format
 class IbmQrepDelimited(Format):
     name = "ibm-qrep-delimited"
@@ -124,62 +160,31 @@ class IbmQrepDelimited(Format):
     context_kinds: ClassVar[tuple[str, ...]] = (KIND_TRANSACTION,)
     #: `cdc-medallion ingest --columns TABLE=COL:TYPE,...` lands in this option (the messages carry no names).
     column_specs_option: ClassVar[str] = "tables"
-    options: ClassVar[Mapping[str, tuple[Any, str]]] = {
-        "tables": (
-            None,
-            "source tables and their columns in column-ID order: {OWNER.TABLE or TABLE: [COL:TYPE, ...] "
-            "or {COL: TYPE} or {columns: ..., code_page: ...}}",
-        ),
-        "column_delimiter": (",", "column delimiter (one non-alphanumeric character)"),
-        "record_delimiter": (
-            "\n",
-            "record delimiter between change-data records of one message, as a character of the decoded text "
-            "(new line for both X'0A' in ASCII and X'25' in EBCDIC)",
-        ),
-        "string_delimiter": ('"', "string delimiter around character, date, time and LOB values"),
-        "decimal_character": (".", "decimal character of numeric values"),
-        "code_page": ("utf-8", "Python codec of character data sent as hex (IBM-INVALID-COLUMN-...-HEX)"),
-        "message_encoding": ("utf-8", "Python codec of the message bytes (cp037 for EBCDIC read from MQ)"),
-        "time_zone": ("UTC", "time zone of commit_time and the message date/time (IANA name)"),
-        "incomplete_timeout_seconds": (
-            86400,
-            "how long the segments of an incomplete transaction are held (by landing time of the oldest) "
-            "before they are quarantined; null: hold forever",
-        ),
-        "repair_typographic_quotes": (
-            True,
-            "accept a value closed by a typographic quote (”) followed by a delimiter, flagged repaired_quote",
-        ),
-    }
+    options = IbmQrepDelimitedOptions
+    settings: IbmQrepDelimitedOptions
 
     def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(source_name, options)
         where = f"source {source_name!r}: option"
         s = self.settings
         self.delimiters = Delimiters(
-            column=_char(s["column_delimiter"]),
-            record=_char(s["record_delimiter"]),
-            string=_char(s["string_delimiter"]),
-            decimal=_char(s["decimal_character"]),
+            column=_char(s.column_delimiter),
+            record=_char(s.record_delimiter),
+            string=_char(s.string_delimiter),
+            decimal=_char(s.decimal_character),
         )
         problems = self.delimiters.problems()
         if problems:
             raise ConfigError(f"{where}s of format {self.name}: {'; '.join(problems)}")
-        check_code_page(s["code_page"], f"{where} 'code_page'")
-        check_code_page(s["message_encoding"], f"{where} 'message_encoding'")
-        self.tables: dict[str, TableSpec] = parse_tables(s["tables"], str(s["code_page"]), f"{where} 'tables'")
+        check_code_page(s.code_page, f"{where} 'code_page'")
+        check_code_page(s.message_encoding, f"{where} 'message_encoding'")
+        self.tables: dict[str, TableSpec] = parse_tables(s.tables, s.code_page, f"{where} 'tables'")
         try:
-            self.zone = ZoneInfo(str(s["time_zone"]))
+            self.zone = ZoneInfo(s.time_zone)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ConfigError(f"{where} 'time_zone': unknown time zone {s['time_zone']!r}") from None
-        timeout = s["incomplete_timeout_seconds"]
-        try:
-            self.timeout = None if timeout in (None, "", "null", "none") else float(timeout)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where} 'incomplete_timeout_seconds': expected seconds, got {timeout!r}") from None
-        if self.timeout is not None and self.timeout < 0:
-            raise ConfigError(f"{where} 'incomplete_timeout_seconds': must not be negative")
-        self.repair = _bool(s["repair_typographic_quotes"], "repair_typographic_quotes", source_name)
+            raise ConfigError(f"{where} 'time_zone': unknown time zone {s.time_zone!r}") from None
+        self.timeout = s.incomplete_timeout_seconds
+        self.repair = s.repair_typographic_quotes
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         """One message on its own (a transaction split over messages needs `parse_messages`)."""
@@ -224,10 +229,10 @@ class IbmQrepDelimited(Format):
         if message.value is None or not message.value.strip():
             raise ParseError("value", "empty message: no change-data records")
         try:
-            text = message.value.decode(str(self.settings["message_encoding"]))
+            text = message.value.decode(self.settings.message_encoding)
         except UnicodeDecodeError as error:
             raise ParseError(
-                "value", f"not {self.settings['message_encoding']} text ({error}); set the option message_encoding"
+                "value", f"not {self.settings.message_encoding} text ({error}); set the option message_encoding"
             ) from None
         raws = Scanner(self.delimiters, self.repair).records(text)
         if not raws:

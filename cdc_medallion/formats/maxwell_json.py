@@ -15,9 +15,11 @@ position.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
-from cdc_medallion.formats.base import Format, ParseError, register_format
+from pydantic import Field
+
+from cdc_medallion.formats.base import Format, FormatOptions, ParseError, register_format
 from cdc_medallion.formats.json_common import (
     change,
     epoch_millis,
@@ -46,12 +48,15 @@ DDL_PREFIXES = ("table-", "database-")
 LAST_IN_TRANSACTION = 9_999_999_999
 
 
+class MaxwellJsonOptions(FormatOptions):
+    table: str | None = Field(None, description="table name for messages that name none")
+
+
 @register_format
 class MaxwellJson(Format):
     name = "maxwell-json"
-    options: ClassVar[Mapping[str, tuple[Any, str]]] = {
-        "table": (None, "table name for messages that name none"),
-    }
+    options = MaxwellJsonOptions
+    settings: MaxwellJsonOptions
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         document = load_document(message)
@@ -82,7 +87,7 @@ class MaxwellJson(Format):
         data = image_of(document.get("data"), "data")
         if data is None:
             raise ParseError("data", f"{code} without a `data` row")
-        table = table or self.settings["table"]
+        table = table or self.settings.table
         if not table:
             raise ParseError("table", "missing, and no `table` option to take it from")
         old = image_of(document.get("old"), "old")

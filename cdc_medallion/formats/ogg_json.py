@@ -13,10 +13,12 @@ later positions with earlier `op_ts`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Iterable
+from typing import Any
 
-from cdc_medallion.formats.base import Format, ParseError, register_format
+from pydantic import Field
+
+from cdc_medallion.formats.base import Format, FormatOptions, ParseError, register_format
 from cdc_medallion.formats.json_common import (
     change,
     image_of,
@@ -45,12 +47,15 @@ OPS = {
 }
 
 
+class OggJsonOptions(FormatOptions):
+    table: str | None = Field(None, description="SCHEMA.TABLE for messages that name none")
+
+
 @register_format
 class OggJson(Format):
     name = "ogg-json"
-    options: ClassVar[Mapping[str, tuple[Any, str]]] = {
-        "table": (None, "SCHEMA.TABLE for messages that name none"),
-    }
+    options = OggJsonOptions
+    settings: OggJsonOptions
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         document = load_document(message)
@@ -75,7 +80,7 @@ class OggJson(Format):
             )
         if op == OP_UPDATE and before is None:
             flags.append("before_image_missing")
-        names = split_name(document.get("table") or self.settings["table"], "table")
+        names = split_name(document.get("table") or self.settings.table, "table")
         types, source_types = inferred_types(document.get("before"), document.get("after"))
         return [
             change(

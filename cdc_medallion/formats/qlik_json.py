@@ -26,8 +26,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from cdc_medallion.errors import ConfigError
-from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
+from pydantic import Field
+
+from cdc_medallion.formats.base import Format, FormatOptions, ParseError, millis_to_ts, register_format
 from cdc_medallion.formats.json_common import (
     count_field,
     flag_field,
@@ -257,24 +258,29 @@ class _Parsed:
     meta: TableMeta | None = None  # for MD
 
 
+class QlikJsonOptions(FormatOptions):
+    table: str | None = Field(
+        None, description="table of data messages without metadata (bare messages) when there is no topic to name it"
+    )
+    schema_name: str | None = Field(None, alias="schema", description="schema of such messages")
+    wait_for_metadata: bool = Field(
+        True,
+        description="hold a wrapped data message whose messageSchemaId names metadata not seen yet until that metadata "
+        "message arrives (false: parse it at once, without metadata)",
+    )
+
+
 @register_format
 class QlikJson(Format):
     name = "qlik-json"
     stateful: ClassVar[bool] = True
     context_kinds: ClassVar[tuple[str, ...]] = (KIND_SCHEMA_CHANGE,)
-    options: ClassVar[Mapping[str, tuple[Any, str]]] = {
-        "table": (None, "table of data messages without metadata (bare messages) when there is no topic to name it"),
-        "schema": (None, "schema of such messages"),
-        "wait_for_metadata": (
-            True,
-            "hold a wrapped data message whose messageSchemaId names metadata not seen yet until that metadata "
-            "message arrives (false: parse it at once, without metadata)",
-        ),
-    }
+    options = QlikJsonOptions
+    settings: QlikJsonOptions
 
     def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(source_name, options)
-        self.wait_for_metadata = _boolean(self.settings["wait_for_metadata"], source_name, "wait_for_metadata")
+        self.wait_for_metadata = self.settings.wait_for_metadata
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         return self.parse_messages([message], [])
@@ -369,8 +375,8 @@ class QlikJson(Format):
             schema, table = meta.schema, meta.table
         else:
             topic_schema, topic_table = _names_from_topic(message.topic)
-            table = topic_table or self.settings["table"]
-            schema = topic_schema if topic_table else self.settings["schema"]
+            table = topic_table or self.settings.table
+            schema = topic_schema if topic_table else self.settings.schema_name
             if not table:
                 raise ParseError(
                     "message",
@@ -652,11 +658,3 @@ def _table_key(schema: str | None, table: str) -> tuple[str, str]:
 def _order_of(ordinals: Mapping[int, str]) -> Callable[[str], int]:
     place = {name: ordinal for ordinal, name in ordinals.items()}
     return lambda name: place.get(name, 1 << 30)
-
-
-def _boolean(value: Any, source: str, option: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
-        return value.strip().lower() in ("true", "yes", "1")
-    raise ConfigError(f"source {source!r}: option {option!r} must be true or false, got {value!r}")

@@ -21,9 +21,11 @@ an `scn` sorts after those with one, by its commit `time`; it is flagged `scn_mi
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
-from cdc_medallion.formats.base import Format, ParseError, register_format
+from pydantic import Field
+
+from cdc_medallion.formats.base import Format, FormatOptions, ParseError, register_format
 from cdc_medallion.formats.json_common import (
     Image,
     change,
@@ -60,16 +62,19 @@ UPDATE_BEFORE = "update before"
 DROP_COLUMN = "drop column"
 
 
+class SharePlexJsonOptions(FormatOptions):
+    table: str | None = Field(None, description="OWNER.TABLE for messages whose meta names none")
+    rowid_column: str | None = Field(
+        None,
+        description="add meta.rowid to every image under this column name (a key for tables without a primary key)",
+    )
+
+
 @register_format
 class SharePlexJson(Format):
     name = "shareplex-json"
-    options: ClassVar[Mapping[str, tuple[Any, str]]] = {
-        "table": (None, "OWNER.TABLE for messages whose meta names none"),
-        "rowid_column": (
-            None,
-            "add meta.rowid to every image under this column name (a key for tables without a primary key)",
-        ),
-    }
+    options = SharePlexJsonOptions
+    settings: SharePlexJsonOptions
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         document = load_document(message)
@@ -83,7 +88,7 @@ class SharePlexJson(Format):
             raise ParseError("meta.op", "missing")
         if code not in OPS and code not in (UPDATE_BEFORE, DROP_COLUMN):
             raise unknown_operation("meta.op", meta.get("op"), ["ins", "upd", "del", "truncate", *_LONG_FORMS])
-        names = split_name(text_field(meta.get("table"), "meta.table") or self.settings["table"], "meta.table")
+        names = split_name(text_field(meta.get("table"), "meta.table") or self.settings.table, "meta.table")
         seq, size = _position_in_transaction(meta)
         scn = order_number(meta.get("scn"), "meta.scn")
         # Without an scn a change sorts after every change that has one, by commit time.
@@ -117,12 +122,12 @@ class SharePlexJson(Format):
             before = self._image(document.get("key"), "key", meta)
             after = {**{c: v for c, v in (before or {}).items() if c not in data}, **data}
             if code != "update after":  # `upd` data is exactly the changed columns
-                changed = [c for c in data if c != self.settings["rowid_column"]]
+                changed = [c for c in data if c != self.settings.rowid_column]
             if before is None:
                 flags.append("before_image_missing")
         types, source_types = inferred_types(document.get("key"), document.get("data"))
-        if self.settings["rowid_column"]:
-            types[self.settings["rowid_column"]] = "string"
+        if self.settings.rowid_column:
+            types[self.settings.rowid_column] = "string"
         return [
             change(
                 op,
@@ -140,7 +145,7 @@ class SharePlexJson(Format):
 
     def _image(self, raw: Any, where: str, meta: Mapping[str, Any]) -> Image | None:
         image = image_of(raw, where)
-        column = self.settings["rowid_column"]
+        column = self.settings.rowid_column
         if image is not None and column:
             image[column] = text_field(meta.get("rowid"), "meta.rowid")
         return image

@@ -9,51 +9,43 @@ file and the rule.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-import yaml
+from pydantic import AfterValidator
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from cdc_medallion.declarative.definitions import Action, Expectation
 from cdc_medallion.errors import ConfigError
+from cdc_medallion.strict import NullMeansAbsent, check, load_yaml
 
-_RULE_KEYS = {"name", "constraint", "action", "description"}
-_FILE_KEYS = {"rules", "description"}
+
+def _text(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+class Rule(NullMeansAbsent):
+    """One rule: a SQL boolean every row is checked against, and what befalls a row that fails it."""
+
+    name: Annotated[str, AfterValidator(_text)]
+    constraint: Annotated[str, AfterValidator(_text)]
+    action: Action = Action.WARN
+    description: str = ""
+
+
+class RuleFile(NullMeansAbsent):
+    """An `expectations/*.yml` file."""
+
+    description: str = ""
+    rules: tuple[Rule, ...] = ()
 
 
 def _load_file(file: Path) -> list[tuple[Expectation, Path]]:
-    try:
-        raw = yaml.safe_load(file.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{file}: not valid YAML: {error}") from error
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{file}: top level must be a mapping with a 'rules' list")
-    unknown = sorted(set(raw) - _FILE_KEYS)
-    if unknown:
-        raise ConfigError(f"{file}: key '{unknown[0]}': unknown key (known: {', '.join(sorted(_FILE_KEYS))})")
-    rules = raw.get("rules") or []
-    if not isinstance(rules, list):
-        raise ConfigError(f"{file}: key 'rules': must be a list")
-    loaded = []
-    for index, rule in enumerate(rules):
-        where = f"{file}: rules[{index}]"
-        if not isinstance(rule, dict):
-            raise ConfigError(f"{where}: must be a mapping")
-        unknown = sorted(set(rule) - _RULE_KEYS)
-        if unknown:
-            raise ConfigError(f"{where}: key '{unknown[0]}': unknown key (known: {', '.join(sorted(_RULE_KEYS))})")
-        for key in ("name", "constraint"):
-            if not isinstance(rule.get(key), str) or not rule[key].strip():
-                raise ConfigError(f"{where}: key '{key}': is required and must be text")
-        try:
-            action = Action(rule.get("action", "warn"))
-        except ValueError:
-            raise ConfigError(
-                f"{where} ({rule['name']}): key 'action': must be one of {', '.join(a.value for a in Action)}"
-            ) from None
-        loaded.append((Expectation(rule["name"], rule["constraint"], action, rule.get("description", "")), file))
-    return loaded
+    loaded = check(RuleFile, load_yaml(file) or {}, str(file))
+    return [(Expectation(r.name, r.constraint, r.action, r.description), file) for r in loaded.rules]
 
 
 def load_rules(folder: Path | None, layer: str, fmt: str | None, schema: StructType) -> tuple[Expectation, ...]:

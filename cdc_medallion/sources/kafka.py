@@ -1,6 +1,7 @@
 """Bronze from Kafka (Databricks, or anywhere the Spark Kafka connector is on the classpath).
 
-A source's `kafka:` block in conf (every key is checked; a typo is an error):
+A source's `kafka:` block in conf (every key is checked when the conf is loaded, by
+`kafka_settings.KafkaSettings`; a typo is an error):
 
 ```yaml
 kafka:
@@ -43,10 +44,7 @@ they are, plus the lineage columns the file sources fill, in exactly `BRONZE_SCH
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -54,146 +52,35 @@ from pyspark.sql import functions as F
 from cdc_medallion.config import SourceConf
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.model import BRONZE_SCHEMA
+from cdc_medallion.sources.kafka_settings import (
+    CONF_REF,
+    SASL_MECHANISMS,
+    SECRET_REF,
+    SERVICE_CREDENTIAL,
+    KafkaSettings,
+    SecretRef,
+    Value,
+    is_reference,
+)
+
+__all__ = ["KafkaSettings", "is_reference", "kafka_options", "kafka_stream", "parse_kafka", "to_bronze"]
 
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
-SUBSCRIPTIONS = {"subscribe": "subscribe", "subscribe_pattern": "subscribePattern", "assign": "assign"}
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "AWS_MSK_IAM")
-_KEYS = {
-    "bootstrap_servers",
-    *SUBSCRIPTIONS,
-    "starting_offsets",
-    "max_offsets_per_trigger",
-    "fail_on_data_loss",
-    "security_protocol",
-    "secret_scope",
-    "sasl",
-    "service_credential",
-    "options",
-}
-SERVICE_CREDENTIAL = "databricks.serviceCredential"
-_SASL_KEYS = {"mechanism", "username", "password"}
-_SENSITIVE = re.compile(r"password|passwd|secret|token|credential|private[._-]?key", re.IGNORECASE)
-_CONF_REF = re.compile(r"\{\{conf:([^{}]+)\}\}")
-_SECRET_REF = re.compile(r"\{\{secrets/([^/{}]+)/([^/{}]+)\}\}")
-_JAAS_LITERAL_PASSWORD = re.compile(r"password\s*=\s*\"(?!\{\{)", re.IGNORECASE)
-
-Value = str | int | bool | Mapping[str, str]
-
-
-def is_reference(value: Any) -> bool:
-    """A value that names where a secret lives instead of holding it."""
-    if isinstance(value, Mapping):
-        return "secret" in value
-    return isinstance(value, str) and bool(_SECRET_REF.search(value) or _CONF_REF.search(value))
-
-
-@dataclass(frozen=True)
-class KafkaSettings:
-    """A source's `kafka:` block, checked."""
-
-    bootstrap_servers: Value
-    subscription: tuple[str, Value]  # (Spark option name, value)
-    starting_offsets: Value = "earliest"
-    max_offsets_per_trigger: Value | None = None
-    fail_on_data_loss: Value | None = None
-    security_protocol: Value | None = None
-    secret_scope: Value | None = None
-    sasl_mechanism: Value | None = None
-    sasl_username: Value | None = None
-    sasl_password: Value | None = None
-    service_credential: Value | None = None
-    options: Mapping[str, Value] = field(default_factory=dict)
 
 
 def parse_kafka(source: SourceConf) -> KafkaSettings:
-    """Check a source's `kafka:` block; errors name the source, the key and the reason."""
-    raw = dict(source.kafka)
-
-    def error(key: str, reason: str) -> ConfigError:
-        return ConfigError(f"source {source.name!r}: key 'kafka.{key}': {reason}")
-
-    if not raw:
+    """A source's `kafka:` block (checked when the conf was loaded), with topics to read."""
+    if source.kafka is None:
         raise ConfigError(
             f"source {source.name!r}: no 'kafka' settings; on Databricks bronze reads Kafka "
             "(kafka.bootstrap_servers and a topic are required)"
         )
-    unknown = sorted(set(raw) - _KEYS)
-    if unknown:
-        raise error(unknown[0], f"unknown key (known: {', '.join(sorted(_KEYS))})")
-    if "bootstrap_servers" not in raw:
-        raise error("bootstrap_servers", "is required to read from Kafka")
-    chosen = [key for key in SUBSCRIPTIONS if key in raw]
-    if len(chosen) > 1:
-        raise error(chosen[1], f"give one of {', '.join(SUBSCRIPTIONS)}, not several")
-    if chosen:
-        subscription = (SUBSCRIPTIONS[chosen[0]], raw[chosen[0]])
-    elif source.topic:
-        subscription = ("subscribe", source.topic)
-    else:
-        raise error("subscribe", "is required (or subscribe_pattern, assign, or the source's topic)")
-    for key, value in raw.items():
-        if key in ("sasl", "options"):
-            continue
-        if not isinstance(value, str | int | bool) and not (isinstance(value, Mapping) and "secret" in value):
-            raise error(key, f"must be text, a number or a secret reference, got {type(value).__name__}")
-    protocol = raw.get("security_protocol")
-    if isinstance(protocol, str) and not is_reference(protocol) and protocol not in SECURITY_PROTOCOLS:
-        raise error("security_protocol", f"must be one of {', '.join(SECURITY_PROTOCOLS)}, got {protocol!r}")
-    sasl = raw.get("sasl") or {}
-    if not isinstance(sasl, Mapping):
-        raise error("sasl", "must be a mapping (mechanism, username, password)")
-    unknown = sorted(set(sasl) - _SASL_KEYS)
-    if unknown:
-        raise error(f"sasl.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_SASL_KEYS))})")
-    mechanism = sasl.get("mechanism")
-    if sasl and mechanism is None:
-        raise error("sasl.mechanism", f"is required (one of {', '.join(SASL_MECHANISMS)})")
-    if isinstance(mechanism, str) and not is_reference(mechanism) and mechanism not in SASL_MECHANISMS:
-        raise error("sasl.mechanism", f"must be one of {', '.join(SASL_MECHANISMS)}, got {mechanism!r}")
-    if mechanism is not None and mechanism != "AWS_MSK_IAM" and not ("username" in sasl and "password" in sasl):
-        raise error("sasl", f"mechanism {mechanism} needs a username and a password (secret references)")
-    if "password" in sasl and not is_reference(sasl["password"]):
-        raise error(
-            "sasl.password", "must be a secret reference ({secret: KEY} or {{secrets/SCOPE/KEY}}), never a value"
+    if source.kafka.subscription(source.topic) is None:
+        raise ConfigError(
+            f"source {source.name!r}: key 'kafka.subscribe': is required (or subscribe_pattern, assign, "
+            "or the source's topic)"
         )
-    credential = raw.get("service_credential")
-    if credential is not None:
-        if not isinstance(credential, str) or not credential.strip():
-            raise error("service_credential", "must be the name of a Unity Catalog service credential")
-        for other in ("sasl", "security_protocol"):
-            if other in raw:
-                reason = "give either service_credential or sasl/security_protocol: the credential authenticates"
-                raise error(other, reason)
-    options = raw.get("options") or {}
-    if not isinstance(options, Mapping):
-        raise error("options", "must be a mapping of Spark Kafka option names to values")
-    for key, value in options.items():
-        where = f"options.{key}"
-        if key in ("includeHeaders", "kafka.bootstrap.servers", *SUBSCRIPTIONS.values(), "startingOffsets"):
-            raise error(where, "is set by cdc-medallion (use the kafka settings of the same name)")
-        if key == SERVICE_CREDENTIAL:
-            raise error(where, "is set by cdc-medallion (use kafka.service_credential)")
-        if key.startswith(SERVICE_CREDENTIAL + "."):  # e.g. its scope: settings of a named credential
-            continue
-        if _SENSITIVE.search(key) and not is_reference(value):
-            raise error(where, "holds a secret: give a secret reference ({{secrets/SCOPE/KEY}}), never the value")
-        if "jaas" in key.lower() and isinstance(value, str) and _JAAS_LITERAL_PASSWORD.search(value):
-            raise error(where, "contains a literal password: use {{secrets/SCOPE/KEY}} inside it")
-    return KafkaSettings(
-        bootstrap_servers=raw["bootstrap_servers"],
-        subscription=subscription,
-        starting_offsets=raw.get("starting_offsets", "earliest"),
-        max_offsets_per_trigger=raw.get("max_offsets_per_trigger"),
-        fail_on_data_loss=raw.get("fail_on_data_loss"),
-        security_protocol=protocol,
-        secret_scope=raw.get("secret_scope"),
-        sasl_mechanism=mechanism,
-        sasl_username=sasl.get("username"),
-        sasl_password=sasl.get("password"),
-        service_credential=credential,
-        options=dict(options),
-    )
+    return source.kafka
 
 
 # --- resolving references ---------------------------------------------------------------------
@@ -230,15 +117,15 @@ class Resolver:
         self.scope = None if settings.secret_scope is None else self(settings.secret_scope, "secret_scope")
 
     def __call__(self, value: Value, where: str) -> str:
-        if isinstance(value, Mapping):
-            scope = value.get("scope", self.scope)
+        if isinstance(value, SecretRef):
+            scope = value.scope or self.scope
             if not scope:
-                raise ConfigError(f"source {self.source!r}: kafka.{where}: no scope for secret {value['secret']!r}")
-            return self.secret_get(self(scope, where), str(value["secret"]))
+                raise ConfigError(f"source {self.source!r}: kafka.{where}: no scope for secret {value.secret!r}")
+            return self.secret_get(self(scope, where), value.secret)
         if isinstance(value, bool):
             return "true" if value else "false"
-        text = _CONF_REF.sub(lambda m: self._conf(m.group(1), where), str(value))
-        return _SECRET_REF.sub(lambda m: self.secret_get(m.group(1), m.group(2)), text)
+        text = CONF_REF.sub(lambda m: self._conf(m.group(1), where), str(value))
+        return SECRET_REF.sub(lambda m: self.secret_get(m.group(1), m.group(2)), text)
 
     def _conf(self, key: str, where: str) -> str:
         value = self.conf_get(key)
@@ -284,7 +171,9 @@ def kafka_options(
     """The Spark Kafka source options of a source, references resolved."""
     settings = parse_kafka(source)
     resolve = Resolver(source.name, settings, conf_get, secret_get)
-    subscription, topics = settings.subscription
+    chosen = settings.subscription(source.topic)
+    assert chosen is not None  # parse_kafka: a source always has topics to read
+    subscription, topics = chosen
     options = {
         "kafka.bootstrap.servers": resolve(settings.bootstrap_servers, "bootstrap_servers"),
         subscription: resolve(topics, "subscribe"),
@@ -297,16 +186,17 @@ def kafka_options(
         options["failOnDataLoss"] = resolve(settings.fail_on_data_loss, "fail_on_data_loss")
     if settings.security_protocol is not None:
         options["kafka.security.protocol"] = resolve(settings.security_protocol, "security_protocol")
-    if settings.sasl_mechanism is not None:
-        mechanism = resolve(settings.sasl_mechanism, "sasl.mechanism")
+    sasl = settings.sasl
+    if sasl is not None:
+        mechanism = resolve(sasl.mechanism, "sasl.mechanism")
         if mechanism not in SASL_MECHANISMS:
             raise ConfigError(f"source {source.name!r}: kafka.sasl.mechanism resolved to unknown {mechanism!r}")
         options["kafka.sasl.mechanism"] = mechanism
         login = _login_module(mechanism, on_databricks() if shaded is None else shaded)
         if mechanism != "AWS_MSK_IAM":
-            assert settings.sasl_username is not None and settings.sasl_password is not None
-            username = resolve(settings.sasl_username, "sasl.username")
-            password = resolve(settings.sasl_password, "sasl.password")
+            assert sasl.username is not None and sasl.password is not None  # Sasl: required but for AWS_MSK_IAM
+            username = resolve(sasl.username, "sasl.username")
+            password = resolve(sasl.password, "sasl.password")
             login["kafka.sasl.jaas.config"] %= (_quote(username), _quote(password))
         options.update(login)
     if settings.service_credential is not None:
