@@ -2,6 +2,8 @@
 
 The CLI (`status`, `show`), the quality report, the kill drill and the tests all look tables
 up this way, so the naming rules (system and state tables live in sub-folders) are in one place.
+Listing needs no JVM, and neither does `first_rows` where delta-rs reads the table
+(`storage/delta_rs.py` holds that rule).
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ from cdc_medallion.errors import ConfigError
 
 def dataset_status(storage: Path) -> list[dict[str, Any]]:
     """One object per dataset: name, layer, rows, path (+ source_table, scd_type for gold)."""
-    from cdc_medallion.storage.delta_store import stored_datasets
+    from cdc_medallion.storage.delta_rs import stored_datasets
 
-    if not storage.is_dir():
-        raise ConfigError(f"storage {storage} does not exist: run the pipeline first")
+    _require_storage(storage)
     entries = []
     for info in stored_datasets(storage.resolve()):  # no Spark needed to list tables
         layer = info.properties.get("layer") or ("system" if "/_system/" in info.path else "unknown")
@@ -26,8 +27,20 @@ def dataset_status(storage: Path) -> list[dict[str, Any]]:
             entry["source_table"] = info.properties.get("source_table")
             entry["scd_type"] = int(info.properties.get("scd_type", "1"))
         entries.append(entry)
+    uncounted = [e for e in entries if e["rows"] is None]
+    if uncounted:  # deletion vectors delta-rs cannot read here (storage/delta_rs.py)
+        from cdc_medallion.spark import get_spark
+
+        spark = get_spark()
+        for entry in uncounted:
+            entry["rows"] = read_dataset(spark, storage, entry["name"], entries).count()
     order = {"bronze": 0, "silver": 1, "quarantine": 2, "gold": 3, "system": 4}
     return sorted(entries, key=lambda e: (order.get(e["layer"], 5), e["name"]))
+
+
+def _require_storage(storage: Path) -> None:
+    if not storage.is_dir():
+        raise ConfigError(f"storage {storage} does not exist: run the pipeline first")
 
 
 def dataset_entry(status: list[dict[str, Any]], name: str, storage: Path) -> dict[str, Any]:
@@ -47,6 +60,24 @@ def read_dataset(spark: Any, storage: Path, name: str, status: list[dict[str, An
     store = DeltaStore(storage, spark)
     path = Path(entry["path"])
     return store.read(name if path.parent == store.root else f"{path.parent.name}/{name}")
+
+
+def first_rows(storage: Path, name: str, limit: int) -> list[dict[str, Any]]:
+    """The first `limit` rows of a dataset, ordered by every column Spark can order (map, array,
+    struct and binary columns cannot be), ascending, NULLs first: what `show` prints. Python
+    values as Spark's `Row.asDict(recursive=True)` gives them, whichever engine reads."""
+    from cdc_medallion.storage import delta_rs
+
+    _require_storage(storage)  # the datasets are listed, not counted: no table is read but this one
+    listed = [{"name": n, "path": str(p)} for n, p in delta_rs.dataset_paths(storage.resolve()).items()]
+    path = dataset_entry(listed, name, storage)["path"]
+    if delta_rs.readable_without_jvm(path):
+        return delta_rs.python_rows(delta_rs.first_rows(path, limit))
+    from cdc_medallion.spark import get_spark
+
+    df = read_dataset(get_spark(), storage, name, listed)
+    ordered = [f.name for f in df.schema.fields if f.dataType.typeName() not in ("map", "array", "struct", "binary")]
+    return [r.asDict(recursive=True) for r in df.orderBy(*ordered).limit(limit).collect()]
 
 
 def gold_dataset(status: list[dict[str, Any]], source_table: str, scd_type: int) -> str | None:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cdc_medallion.catalog import dataset_entry, dataset_status, read_dataset
+from cdc_medallion.catalog import dataset_status, first_rows
 from cdc_medallion.config import DEFAULT_MAX_MESSAGES_PER_BATCH
 from cdc_medallion.errors import CdcMedallionError, ConfigError, ExpectationFailed, first_line
 
@@ -303,14 +303,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from cdc_medallion.spark import get_spark
-
-    storage = _storage_of(args)
-    status = dataset_status(storage)
-    dataset_entry(status, args.dataset, storage)  # an unknown name fails before Spark starts
-    df = read_dataset(get_spark(), storage, args.dataset, status)
-    sortable = [f.name for f in df.schema.fields if f.dataType.typeName() not in ("map", "array", "struct", "binary")]
-    rows = [_jsonable(r.asDict(recursive=True)) for r in df.orderBy(*sortable).limit(args.limit).collect()]
+    rows = [_jsonable(row) for row in first_rows(_storage_of(args), args.dataset, args.limit)]
     if args.json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
     else:

@@ -5,6 +5,7 @@ report is built through the CLI and checked as HTML and in headless Chromium."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -18,14 +19,16 @@ from cdc_medallion.cli import main
 from cdc_medallion.config import load_conf
 from cdc_medallion.formats import format_names
 from cdc_medallion.pipeline import run_pipeline
+from cdc_medallion.quality import arrow_facts
 from cdc_medallion.quality.accounting import SourceAccounting
-from cdc_medallion.quality.events import Check, DatasetRun, ExpectationRun, Update
+from cdc_medallion.quality.events import Check, DatasetRun, ExpectationRun, Update, read_event_log
 from cdc_medallion.quality.report import (
     HeartbeatLag,
     QuarantineReason,
     TableState,
     build_pages,
     report_from_event_log,
+    table_state_from_storage,
 )
 from cdc_medallion.storage.delta_store import DeltaStore
 from tests.conftest import REPO
@@ -348,6 +351,18 @@ def test_gx_suites_ran_and_their_data_docs_exist(planted, index):
     # one page per update, linked from the index
     pages = sorted(p.name for p in output.glob("update-*.html"))
     assert len(pages) == len(summary.updates) and all(p in index for p in pages)
+
+
+def test_the_report_reads_without_a_jvm_what_spark_reads(spark, planted):
+    """`cdc-medallion report` (the pages above) reads the local tables with delta-rs: every fact
+    equals what Spark computes from the same tables, held messages, samples and lags included."""
+    storage = planted[0].storage
+    without_jvm, with_spark = table_state_from_storage(storage), table_state_from_storage(storage, spark)
+    assert without_jvm.accounting and without_jvm.quarantine and without_jvm.heartbeats
+    assert any(a.held for a in without_jvm.accounting)
+    assert dataclasses.replace(without_jvm, as_of=with_spark.as_of) == with_spark
+    events = DeltaStore(storage, spark).read("_system/event_log")
+    assert arrow_facts.read_event_log(storage / "_system" / "event_log") == read_event_log(events)
 
 
 def test_report_from_a_databricks_style_event_log_dataframe(spark, planted):

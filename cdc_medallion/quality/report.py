@@ -91,30 +91,33 @@ def quarantine_reasons(
             )
             if ref:
                 picked = picked.orderBy(ref)
-            samples = []
-            for sample in picked.limit(SAMPLES_PER_REASON).collect():
-                values = sample.asDict(recursive=True)
-                raw = values.get("raw_message")
-                if raw is None and "raw_message" not in values:  # a typed row (gold's change feed)
-                    raw = json.dumps(
-                        {k: v for k, v in values.items() if not k.startswith("__") and k != "failed_expectations"},
-                        default=str,
-                    )
-                reason = values.get("error") or values.get("detail") or "; ".join(values.get("__cast_errors") or [])
-                if values.get("flags"):
-                    reason = f"{reason or ''} flags: {', '.join(values['flags'])}".strip()
-                samples.append(
-                    {
-                        "bronze_ref": values.get(ref) if ref else None,
-                        "error": reason,
-                        "raw": None if raw is None else str(raw)[:RAW_LIMIT],
-                    }
-                )
+            samples = [
+                quarantine_sample(sample.asDict(recursive=True), ref)
+                for sample in picked.limit(SAMPLES_PER_REASON).collect()
+            ]
             reasons.append(QuarantineReason(dataset, rule, int(row["count"]), samples))
     reasons.sort(key=lambda r: (-r.count, r.dataset, r.rule))
     if bronze:
         _raw_from_bronze(reasons, bronze)
     return reasons, totals
+
+
+def quarantine_sample(values: Mapping[str, Any], ref: str | None) -> dict[str, str | None]:
+    """A quarantined row as the report shows it: its bronze reference, why, and its raw message
+    (a typed row, from gold's change feed, has none: its values as JSON)."""
+    raw = values.get("raw_message")
+    if raw is None and "raw_message" not in values:
+        raw = json.dumps(
+            {k: v for k, v in values.items() if not k.startswith("__") and k != "failed_expectations"}, default=str
+        )
+    reason = values.get("error") or values.get("detail") or "; ".join(values.get("__cast_errors") or [])
+    if values.get("flags"):
+        reason = f"{reason or ''} flags: {', '.join(values['flags'])}".strip()
+    return {
+        "bronze_ref": values.get(ref) if ref else None,
+        "error": reason,
+        "raw": None if raw is None else str(raw)[:RAW_LIMIT],
+    }
 
 
 def _raw_from_bronze(reasons: list[QuarantineReason], bronze: list[DataFrame]) -> None:
@@ -160,31 +163,48 @@ def heartbeat_lag(heartbeats: DataFrame) -> list[HeartbeatLag]:
     return found
 
 
-def table_state_from_storage(storage: Path, spark: Any) -> TableState:
+def table_state_from_storage(storage: Path, spark: Any = None) -> TableState:
+    """What the tables hold now. Without a Spark session, and where delta-rs reads every table
+    (`storage/delta_rs.py`), they are read without a JVM (`arrow_facts`); else with Spark."""
     from cdc_medallion.catalog import dataset_status
-    from cdc_medallion.quality.accounting import account_source
-    from cdc_medallion.storage.delta_store import DeltaStore
+    from cdc_medallion.storage import delta_rs
 
-    store = DeltaStore(storage, spark)
     status = dataset_status(storage)
+    if spark is None and delta_rs.storage_readable_without_jvm(storage.resolve()):
+        from cdc_medallion.quality import arrow_facts
+
+        paths = {e["name"]: Path(e["path"]) for e in status}
+        read, reasons, lag, account = (
+            paths.__getitem__,
+            arrow_facts.quarantine_reasons,
+            arrow_facts.heartbeat_lag,
+            arrow_facts.account_source,
+        )
+    else:
+        from cdc_medallion.quality.accounting import account_source
+        from cdc_medallion.spark import get_spark
+        from cdc_medallion.storage.delta_store import DeltaStore
+
+        store = DeltaStore(storage, spark or get_spark())
+        read, reasons, lag, account = store.read, quarantine_reasons, heartbeat_lag, account_source
     state = TableState(row_counts=[{k: e[k] for k in ("name", "layer", "rows")} for e in status])
-    quarantines = {e["name"]: store.read(e["name"]) for e in status if e["layer"] == "quarantine" and e["rows"]}
-    bronze = [store.read(e["name"]) for e in status if e["layer"] == "bronze"]
-    state.quarantine, state.quarantine_rows = quarantine_reasons(quarantines, bronze)
+    quarantines = {e["name"]: read(e["name"]) for e in status if e["layer"] == "quarantine" and e["rows"]}
+    bronze = [read(e["name"]) for e in status if e["layer"] == "bronze"]
+    state.quarantine, state.quarantine_rows = reasons(quarantines, bronze)
     names = {e["name"]: e for e in status}
-    state.heartbeats = heartbeat_lag(store.read("silver_heartbeats")) if "silver_heartbeats" in names else []
+    state.heartbeats = lag(read("silver_heartbeats")) if "silver_heartbeats" in names else []
     state.accounting = []
     for entry in status:
         if entry["layer"] != "bronze":
             continue
-        source = store.properties(entry["name"]).get("source") or entry["name"].removeprefix("bronze_")
+        source = delta_rs.table_properties(entry["path"]).get("source") or entry["name"].removeprefix("bronze_")
         silver = f"silver_{source}"
         state.accounting.append(
-            account_source(
+            account(
                 source,
-                store.read(entry["name"]),
-                store.read(silver) if silver in names else None,
-                store.read(f"{silver}_quarantine") if f"{silver}_quarantine" in names else None,
+                read(entry["name"]),
+                read(silver) if silver in names else None,
+                read(f"{silver}_quarantine") if f"{silver}_quarantine" in names else None,
             )
         )
     return state
@@ -528,28 +548,40 @@ def report_from_event_log(
 
 
 def report_for_storage(storage: Path, output: Path | None = None, spark: Any = None, max_updates: int = 50) -> Path:
-    """Write the report of a local pipeline's storage; returns the index page."""
+    """Write the report of a local pipeline's storage; returns the index page. Without a Spark
+    session, read without a JVM where delta-rs reads every table (`table_state_from_storage`)."""
     from cdc_medallion.quality.checks import quality_dir
     from cdc_medallion.quality.suites import DOCS_INDEX
-    from cdc_medallion.spark import get_spark
-    from cdc_medallion.storage.delta_store import SYSTEM_DIR, DeltaStore
+    from cdc_medallion.storage import delta_rs
+    from cdc_medallion.storage.delta_rs import SYSTEM_DIR
 
     storage = Path(storage).resolve()
-    spark = spark or get_spark()
     output = Path(output or quality_dir(storage) / "report").resolve()
-    store = DeltaStore(storage, spark)
-    log_name = f"{SYSTEM_DIR}/event_log"
-    updates = read_event_log(store.read(log_name), max_updates) if store.exists(log_name) else []
+    log = storage / SYSTEM_DIR / "event_log"
+    logged = delta_rs.log_version(log) is not None
+    if spark is None and delta_rs.storage_readable_without_jvm(storage):
+        from cdc_medallion.quality import arrow_facts
+
+        updates = arrow_facts.read_event_log(log, max_updates) if logged else []
+        name = arrow_facts.pipeline_name(log) if updates else None
+    else:
+        from cdc_medallion.spark import get_spark
+        from cdc_medallion.storage.delta_store import DeltaStore
+
+        spark = spark or get_spark()
+        store = DeltaStore(storage, spark)
+        updates = read_event_log(store.read(f"{SYSTEM_DIR}/event_log"), max_updates) if logged else []
+        name = _pipeline_name(store) if updates else None
     state = table_state_from_storage(storage, spark)
     docs = quality_dir(storage) / DOCS_INDEX
     href = os.path.relpath(docs, output) if docs.is_file() else None
-    title = f"Data quality · {_pipeline_name(store) if updates else storage.name}"
+    title = f"Data quality · {name or storage.name}"
     return write_pages(build_pages(updates, state, title, href), output)
 
 
-def _pipeline_name(store: Any) -> str:
+def _pipeline_name(store: Any) -> str | None:
     rows = store.read("_system/event_log").select("origin.pipeline_name").limit(1).collect()
-    return rows[0][0] if rows and rows[0][0] else store.root.name
+    return rows[0][0] if rows else None
 
 
 def report_for_event_log_table(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -28,11 +27,10 @@ from cdc_medallion.errors import SchemaMismatch
 from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import COLUMN_MAPPING, dataset_name, needs_column_mapping, quote
 from cdc_medallion.sqltypes import widens
+from cdc_medallion.storage.delta_rs import SYSTEM_DIR, DatasetInfo, log_version, stored_datasets, table_properties
 
-SYSTEM_DIR = "_system"
 STATE_DIR = "_state"
 CHECKPOINT_DIR = "_checkpoints"
-_COMMIT = re.compile(r"^(\d{20})\.json$")
 #: Delta table properties our layers carry, besides Delta's own (`delta.*`). Gold's change data
 #: feed is what downstream users stream; deletion vectors let a MERGE mark the rows it replaces
 #: instead of rewriting their files, so a small batch into a big table costs what it touches.
@@ -46,17 +44,6 @@ def gold_features(spark: SparkSession) -> dict[str, str]:
     """`GOLD_FEATURES`, with deletion vectors as the session says when it says."""
     chosen = spark.conf.get(DELETION_VECTORS_DEFAULT, None)
     return GOLD_FEATURES | ({} if chosen is None else {"delta.enableDeletionVectors": chosen.strip().lower()})
-
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    """What `status` shows about one stored dataset."""
-
-    name: str
-    path: str
-    rows: int
-    version: int
-    properties: Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -108,9 +95,7 @@ class DeltaStore:
 
     def properties(self, name: str) -> dict[str, str]:
         """The table's properties (ours and Delta's), read from its log without the JVM."""
-        from deltalake import DeltaTable as LogReader
-
-        return dict(LogReader(str(self.path(name))).metadata().configuration)
+        return table_properties(self.path(name))
 
     def rows_written_since(self, name: str, version: int | None) -> int:
         """How many rows the commits after `version` wrote (their `numOutputRows`), read from the
@@ -271,36 +256,3 @@ class DeltaStore:
     # --- catalog --------------------------------------------------------------------------
     def datasets(self) -> Iterable[DatasetInfo]:
         return stored_datasets(self.root)
-
-
-def log_version(table: Path) -> int | None:
-    """A Delta table's latest version from the names in its `_delta_log` (None: not a table)."""
-    try:
-        names = os.listdir(table / "_delta_log")
-    except OSError:
-        return None
-    versions = [int(m.group(1)) for n in names if (m := _COMMIT.match(n))]
-    return max(versions) if versions else None
-
-
-def stored_datasets(root: Path) -> Iterator[DatasetInfo]:
-    """Every user-visible dataset under `root` (state tables and checkpoints are internal),
-    read from the Delta log without a JVM, for `status`."""
-    from deltalake import DeltaTable as LogReader
-
-    candidates = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("_"))
-    system = root / SYSTEM_DIR
-    if system.is_dir():
-        candidates += sorted(p for p in system.iterdir() if p.is_dir())
-    for path in candidates:
-        version = log_version(path)
-        if version is None:
-            continue
-        table = LogReader(str(path))
-        yield DatasetInfo(
-            name=path.name,
-            path=str(path),
-            rows=table.count(),
-            version=version,
-            properties=dict(table.metadata().configuration),
-        )

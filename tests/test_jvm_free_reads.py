@@ -1,0 +1,241 @@
+"""`status`, `show` and `report` read the pipeline's tables with delta-rs, without a JVM, and see
+what Spark sees: on tables with deletion vectors (rows a MERGE deleted or replaced are still in the files),
+column mapping and TIMESTAMP_NTZ, written by the pipeline and by `DeltaStore`. A table delta-rs
+does not read (type widening) is read by Spark."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from cdc_medallion.catalog import dataset_status, first_rows, read_dataset
+from cdc_medallion.cli import _jsonable
+from cdc_medallion.quality.report import table_state_from_storage
+from cdc_medallion.storage import delta_rs
+from cdc_medallion.storage.delta_store import DeltaStore
+from tests.helpers import ingest
+
+pytestmark = pytest.mark.xdist_group("jvm_free_reads")
+
+SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "debezium" / "shop.jsonl"
+KEYS = {"customers": "id", "orders": "order_id", "order_lines": "order_id,line_no"}
+MAPPED = "silver_mapped"  # a table whose column names need Delta's column mapping
+WIDENED = "silver_widened"
+
+#: The CLI in a process where Java cannot start (no JAVA_HOME, no `java` on PATH), reporting on
+#: stderr, last line, whether pyspark or py4j were imported at all.
+NO_JVM_CLI = """
+import sys
+from cdc_medallion.cli import main
+code = main(sys.argv[1:])
+print(sorted({m.split(".")[0] for m in sys.modules} & {"pyspark", "py4j"}), file=sys.stderr)
+sys.exit(code)
+"""
+
+
+#: Spark gives a TIMESTAMP as a naive datetime in the process's local time: away from UTC, so
+#: that a reader giving UTC (or the instant) shows.
+LOCAL_TIME = "Asia/Kolkata"
+
+
+def no_java_env() -> dict[str, str]:
+    path = [
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if p and not os.path.exists(os.path.join(p, "java"))
+    ]
+    return {**os.environ, "JAVA_HOME": "/nonexistent/java", "PATH": os.pathsep.join(path), "TZ": LOCAL_TIME}
+
+
+@contextmanager
+def local_time(zone: str) -> Iterator[None]:
+    """This process's local time zone (what Python's datetime.fromtimestamp uses) in the block."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = zone
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
+def cli_without_jvm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", NO_JVM_CLI, *args], env=no_java_env(), capture_output=True, text=True, timeout=600
+    )
+
+
+def spark_show(spark: Any, storage: Path, name: str, limit: int) -> list[Any]:
+    """What `show` printed when Spark read every table: ordered by all columns Spark can order,
+    in the local time of the processes that run the CLI here."""
+    df = read_dataset(spark, storage, name)
+    ordered = [f.name for f in df.schema.fields if f.dataType.typeName() not in ("map", "array", "struct", "binary")]
+    with local_time(LOCAL_TIME):
+        return [_jsonable(r.asDict(recursive=True)) for r in df.orderBy(*ordered).limit(limit).collect()]
+
+
+@contextmanager
+def deletion_vectors(spark: Any) -> Iterator[None]:
+    """Tables created in the block have deletion vectors: a MERGE or DELETE marks rows deleted
+    in the files it leaves, rather than rewriting them."""
+    key = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
+    spark.conf.set(key, "true")
+    try:
+        yield
+    finally:
+        spark.conf.unset(key)
+
+
+def deleted_rows(path: str) -> int:
+    """Rows the table's deletion vectors mark deleted (still in its data files)."""
+    import pyarrow as pa
+
+    vectors = pa.RecordBatchReader.from_stream(delta_rs.open_table(path).deletion_vectors()).read_all()
+    return sum(kept.count(False) for kept in vectors.column("selection_vector").to_pylist())
+
+
+@pytest.fixture(scope="module")
+def storage(spark, tmp_path_factory) -> Path:
+    """The embedded Debezium sample in two runs, so that the second deletes and updates rows the
+    first wrote (gold's MERGEs then leave deletion vectors); `placed_at` as TIMESTAMP_NTZ; and a
+    column-mapped table with deleted rows."""
+    folder = tmp_path_factory.mktemp("jvm-free")
+    root, messages = folder / "storage", folder / "shop.jsonl"
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)
+    with deletion_vectors(spark):
+        for part in (lines[:120], lines[120:]):
+            with messages.open("a", encoding="utf-8") as out:
+                out.writelines(part)
+            ingest(
+                spark,
+                "debezium-json",
+                messages,
+                root,
+                keys=KEYS,
+                columns={"orders": "placed_at:timestamp_ntz"},
+                layout="kafka-dump",
+            )
+        store = DeltaStore(root, spark)
+        rows = spark.range(0, 50).select(
+            F.col("id").cast("int").alias("id"),
+            F.concat(F.lit("item "), F.col("id").cast("string")).alias("unit name"),
+            F.create_map(F.lit("k"), F.col("id").cast("string")).alias("tags"),
+        )
+        store.append(MAPPED, rows, None, {"layer": "silver"})
+        store.merge_table(MAPPED, spark).delete("id % 7 = 0")
+    return root
+
+
+def test_the_tables_carry_deletion_vectors_and_every_verified_feature(storage):
+    """The premise of the tests below: rows deleted by deletion vectors are still in the files
+    (so a reader that ignored them would show them), in gold and in a column-mapped table."""
+    status = {e["name"]: e for e in dataset_status(storage)}
+    for name in ("gold_customers", "gold_customers_history", "gold_orders_history", MAPPED):
+        assert deleted_rows(status[name]["path"]) > 0, name
+    features = set()
+    for entry in status.values():
+        features |= set(delta_rs.open_table(entry["path"]).protocol().reader_features or [])
+    assert features >= delta_rs.VERIFIED_READER_FEATURES
+
+
+def test_status_needs_no_jvm_and_counts_what_spark_counts(spark, storage):
+    result = cli_without_jvm("status", "--storage", str(storage), "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == "[]"  # neither pyspark nor py4j imported
+    counted = {e["name"]: e["rows"] for e in json.loads(result.stdout)}
+    assert {"gold_customers", "gold_orders_history", MAPPED, "event_log"} <= set(counted)
+    assert counted == {name: read_dataset(spark, storage, name).count() for name in counted}
+
+
+SHOW_EVERY_DATASET = """
+import contextlib, io, json, sys
+from cdc_medallion.cli import main
+storage, names = sys.argv[1], sys.argv[2:]
+shown = {}
+for name in names:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["show", name, "--storage", storage, "--limit", "100000", "--json"]) == 0, name
+    shown[name] = json.loads(out.getvalue())
+print(json.dumps(shown))
+print(sorted({m.split(".")[0] for m in sys.modules} & {"pyspark", "py4j"}), file=sys.stderr)
+"""
+
+
+def test_show_needs_no_jvm_and_shows_what_spark_reads(spark, storage):
+    """Every dataset, every row, in order: deletion vectors applied, values as Spark gives them."""
+    names = [e["name"] for e in dataset_status(storage)]
+    result = subprocess.run(
+        [sys.executable, "-c", SHOW_EVERY_DATASET, str(storage), *names],
+        env=no_java_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == "[]"
+    shown = json.loads(result.stdout)
+    for name in names:
+        assert shown[name] == spark_show(spark, storage, name, 100000), name
+
+
+def test_show_prints_the_first_rows_in_spark_order(spark, storage):
+    """A limit below the table's size: the same first rows, printed one JSON object a line."""
+    result = cli_without_jvm("show", "gold_customers_history", "--storage", str(storage), "--limit", "7")
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = spark_show(spark, storage, "gold_customers_history", 7)
+    assert result.stdout.splitlines() == [json.dumps(row, ensure_ascii=False) for row in expected]
+
+
+def test_show_of_an_unknown_dataset_lists_the_datasets(storage):
+    result = cli_without_jvm("show", "gold_nothing", "--storage", str(storage))
+    assert result.returncode == 2
+    assert f"no dataset 'gold_nothing' in {storage} (have: bronze_debezium_json, " in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_report_needs_no_jvm_and_reports_what_spark_reads(spark, storage, tmp_path):
+    result = cli_without_jvm("report", "--storage", str(storage), "--output", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "index.html").is_file()
+    without_jvm, with_spark = table_state_from_storage(storage), table_state_from_storage(storage, spark)
+    assert dataclasses.replace(without_jvm, as_of=with_spark.as_of) == with_spark
+
+
+def test_a_table_delta_rs_does_not_read_is_read_by_spark(spark, tmp_path):
+    """Type widening (a DDL widened a column) is a reader feature delta-rs refuses: with
+    deletion vectors too, `status` counts that table with Spark and `show` reads it with Spark."""
+    store = DeltaStore(tmp_path / "storage", spark)
+    schema = StructType([StructField("id", IntegerType()), StructField("name", StringType())])
+    with deletion_vectors(spark):
+        store.append(
+            WIDENED, spark.createDataFrame([(i, f"n{i}") for i in range(10)], schema), None, {"layer": "silver"}
+        )
+        store.merge_table(WIDENED, spark).delete("id in (3, 4)")
+    widened = StructType([StructField("id", LongType()), StructField("name", StringType())])
+    store.evolve(WIDENED, widened)
+    store.append(WIDENED, spark.createDataFrame([(2**40, "wide")], widened), None)
+    path = store.path(WIDENED)
+    assert {"deletionVectors", "typeWidening"} <= set(delta_rs.open_table(path).protocol().reader_features or [])
+    assert not delta_rs.readable_without_jvm(path)
+
+    [entry] = dataset_status(store.root)
+    assert entry["rows"] == 9
+    with local_time(LOCAL_TIME):
+        shown = [_jsonable(r) for r in first_rows(store.root, WIDENED, 100)]
+    assert shown == spark_show(spark, store.root, WIDENED, 100)
+    assert [r["id"] for r in shown] == [0, 1, 2, 5, 6, 7, 8, 9, 2**40]
