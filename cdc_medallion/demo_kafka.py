@@ -102,9 +102,8 @@ def _value(value: Any) -> Any:
 
 def compare(expected: dict[str, list[dict[str, Any]]]) -> list[str]:
     """What differs between each source table and its gold SCD1 table (nothing: they agree)."""
-    from deltalake import DeltaTable
-
     from cdc_medallion.catalog import dataset_status
+    from cdc_medallion.storage.delta_rs import read_table
 
     paths = {d["name"]: d["path"] for d in dataset_status(STORAGE)}
     differences: list[str] = []
@@ -112,7 +111,7 @@ def compare(expected: dict[str, list[dict[str, Any]]]) -> list[str]:
         if f"gold_{table}" not in paths:
             differences.append(f"{table}: no gold_{table} table")
             continue
-        gold = DeltaTable(paths[f"gold_{table}"]).to_pyarrow_table().to_pylist()
+        gold = read_table(paths[f"gold_{table}"]).to_pylist()
         want = {tuple(r[k] for k in keys): r for r in expected[table]}
         have = {tuple(r[k] for k in keys): r for r in gold}
         for key in sorted(want.keys() - have.keys()):

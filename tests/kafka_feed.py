@@ -20,11 +20,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from deltalake import DeltaTable
-
 from cdc_medallion.catalog import dataset_status
 from cdc_medallion.config import SourceConf
 from cdc_medallion.layers import bronze_name, silver_name
+from cdc_medallion.storage.delta_rs import read_table
 
 ORIGIN_HEADER = "cdc-medallion-origin"
 HEADERS = "array<struct<key:string,value:binary>>"
@@ -55,8 +54,8 @@ def has(storage: Path, name: str) -> bool:
 
 
 def rows(storage: Path, name: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
-    """A dataset's rows as Python values, read from its Delta log and files without the JVM."""
-    return DeltaTable(path_of(storage, name)).to_pyarrow_table(columns=columns).to_pylist()
+    """A dataset's rows as Python values, read without the JVM (deletion vectors applied)."""
+    return read_table(path_of(storage, name), columns).to_pylist()
 
 
 def ref_of(row: dict[str, Any]) -> str:
