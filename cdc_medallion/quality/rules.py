@@ -73,9 +73,10 @@ _CHECKED: set[tuple[str, str]] = set()  # (constraint, schema) pairs already ana
 def check_rules(rules: list[tuple[Expectation, Path]], schema: StructType) -> None:
     """Analyse every constraint against an empty frame of `schema`, all in one plan.
 
-    Each update of each run loads the rules again; analysing them one frame each cost seconds
-    per update in a fresh JVM. One plan for all, remembered per process, costs one analysis;
-    only when that fails is each rule analysed alone, to name the one at fault.
+    Each update of each run loads the rules again, and a fresh JVM analyses each frame slowly:
+    one frame per rule cost an analysis per rule per update. One plan for all, remembered per
+    process, costs one analysis; only when that fails is each rule analysed alone, to name the
+    one at fault.
     """
     spark = SparkSession.getActiveSession()
     key = schema.json()
