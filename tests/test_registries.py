@@ -48,8 +48,9 @@ def test_a_format_name_registered_twice_is_an_error_and_the_first_stays():
         def parse_message(self, message):  # never called
             return []
 
-    with pytest.raises(ValueError, match="'debezium-json'"):
+    with pytest.raises(ValueError, match="'debezium-json'") as raised:
         register_format(SecondDebezium)
+    assert "debezium_json.DebeziumJson" in str(raised.value) and "SecondDebezium" in str(raised.value)
     assert get_format("debezium-json") is first
 
 

@@ -332,7 +332,11 @@ _FORMATS: dict[str, type[Format]] = {}
 
 def register_format(cls: type[Format]) -> type[Format]:
     if cls.name in _FORMATS:
-        raise ValueError(f"format {cls.name!r} registered twice")
+        first = _FORMATS[cls.name]
+        raise ValueError(
+            f"format {cls.name!r} registered twice: {first.__module__}.{first.__qualname__} "
+            f"and {cls.__module__}.{cls.__qualname__}"
+        )
     _FORMATS[cls.name] = cls
     return cls
 
