@@ -90,8 +90,8 @@ def spark_show(spark: Any, storage: Path, name: str, limit: int) -> list[Any]:
 
 @contextmanager
 def deletion_vectors(spark: Any) -> Iterator[None]:
-    """Tables created in the block have deletion vectors: a MERGE or DELETE marks rows deleted
-    in the files it leaves, rather than rewriting them."""
+    """Every table created in the block has deletion vectors (gold has them anyway): a MERGE or
+    DELETE marks rows deleted in the files it leaves, rather than rewriting them."""
     key = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
     spark.conf.set(key, "true")
     try:
