@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdc_medallion.formats import FORMAT_MODULES
 from cdc_medallion.generator.history import History
 
 
@@ -57,18 +58,8 @@ def render(history: History, fmt: str, out: Path) -> RenderedSource:
     return RENDERERS[fmt](history, out)
 
 
-RENDERER_MODULES = (
-    "aws_dms_json",
-    "canal_json",
-    "dataworks_json",
-    "debezium_json",
-    "dts_avro",
-    "ibm_qrep_delimited",
-    "maxwell_json",
-    "ogg_json",
-    "qlik_json",
-    "shareplex_json",
-)
+#: One renderer module per format module, of the same name: the formats' list is the one list.
+RENDERER_MODULES = FORMAT_MODULES
 
 for _module in RENDERER_MODULES:
     importlib.import_module(f"{__name__}.{_module}")
