@@ -107,11 +107,11 @@ def test_every_shipped_conf_and_rule_file_loads(spark):
         ),
         (
             "{name: r3, constraint: 'op IS NULL', action: explode}",
-            "key 'rules[0].action': must be one of warn, drop, fail, quarantine, got 'explode'",
+            "rule 'r3': key 'rules[0].action': must be one of warn, drop, fail, quarantine, got 'explode'",
         ),
         (
             "{name: r4, constraint: 'op IS NULL', severity: high}",
-            "key 'rules[0].severity': unknown key (known: action, constraint, description, name)",
+            "rule 'r4': key 'rules[0].severity': unknown key (known: action, constraint, description, name)",
         ),
     ],
 )
