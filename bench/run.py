@@ -182,7 +182,7 @@ def peer(spark, sampler, args) -> dict[str, Any]:
         work = workload(args.work / "inputs", fmt, size, tables=1, say=say)
         values, lines = values_file(work, work.conf_path.parent / "values.json")
         with work.fresh_storage() as conf:
-            source = replace(conf.sources[0], input=InputConf(path=values, layout="json-lines"))
+            source = conf.sources[0].model_copy(update={"input": InputConf(path=values, layout="json-lines")})
             run = ours.run(spark, replace(conf, sources=(source,)), sampler)
         entry: dict[str, Any] = {"messages": lines, "ours_s": round(run.seconds, 2)}
         if why_not is None:

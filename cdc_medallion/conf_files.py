@@ -1,16 +1,18 @@
 """The pipeline conf files as typed models: what a user may write, key by key.
 
-`config.py` loads a file through these models once and turns them into the objects the pipeline
-uses (`PipelineConf`, `SourceConf`, `TableConf`), with paths resolved against the file that
-wrote them and included fragments merged. Names that become paths, dataset names or SQL are
+`config.py` loads a file through these models once. Sources are used as they are read (their
+paths resolved against the file that wrote them); the pipeline section, the tables and the
+included fragments become `PipelineConf` and `TableConf`. Names that become paths, dataset names or SQL are
 checked here with the identifier rules, so a bad one fails at startup naming its key.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.identifiers import (
@@ -31,6 +33,12 @@ DEFAULT_MAX_BYTES_PER_BATCH = 128 * 1024 * 1024
 # Streaming queries of one update that run at once (the flows of different tables): a query
 # mostly waits on Spark's scheduling and Delta's commits, so a few at a time keep the cores busy.
 DEFAULT_MAX_CONCURRENT_FLOWS = 4
+
+
+def resolve_path(base: Path, value: str) -> Path:
+    """`value` as written in a file in `base`: `$VARS` and `~` expanded, relative to `base`."""
+    path = Path(os.path.expandvars(value)).expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
 
 
 def _safe_identifier(name: str) -> str:
@@ -82,20 +90,30 @@ class PipelineSection(NullMeansAbsent):
 InputLayout = Literal["json-lines", "kafka-dump", "files"]
 
 
-class InputSection(NullMeansAbsent):
-    """A source's `input:`: its files, read locally."""
+class InputConf(NullMeansAbsent):
+    """A source's `input:`: its files, read locally (Kafka on Databricks: see the bundle).
 
-    path: str
+    A relative `path` in a file is relative to that file: `check(..., base=folder)` resolves it.
+    """
+
+    path: Path
     layout: InputLayout = "json-lines"
     pattern: str = "*"
 
+    @field_validator("path")
+    @classmethod
+    def _relative_to_its_file(cls, path: Path, info: ValidationInfo) -> Path:
+        base = (info.context or {}).get("base")
+        return path if base is None else resolve_path(base, str(path))
 
-class SourceSection(NullMeansAbsent):
-    """One of `sources:`. Its `options` are checked by its format's options model."""
+
+class SourceConf(NullMeansAbsent):
+    """One of `sources:`: its format (and the format's options, checked by the format's options
+    model), its files or its Kafka topics."""
 
     name: SafeIdentifier
     format: str
-    input: InputSection | None = None
+    input: InputConf | None = None
     topic: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     kafka: KafkaSettings | None = None
@@ -110,7 +128,7 @@ class SourceSection(NullMeansAbsent):
         return name
 
     @model_validator(mode="after")
-    def _options_and_topics(self) -> SourceSection:
+    def _options_and_topics(self) -> SourceConf:
         from cdc_medallion.formats import get_format
 
         model = get_format(self.format).options
@@ -137,7 +155,7 @@ class TableSection(NullMeansAbsent):
 class IncludedFile(NullMeansAbsent):
     """A file named by `include:`: sources and tables (one source per file, usually)."""
 
-    sources: tuple[SourceSection, ...] = ()
+    sources: tuple[SourceConf, ...] = ()
     tables: tuple[TableSection, ...] = ()
 
 

@@ -23,37 +23,29 @@ from cdc_medallion.conf_files import (
     DEFAULT_MAX_MESSAGES_PER_BATCH,
     ConfFile,
     IncludedFile,
-    InputLayout,
-    SourceSection,
+    InputConf,
+    SourceConf,
     TableSection,
+    resolve_path,
 )
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.identifiers import dataset_name, dataset_part
-from cdc_medallion.sources.kafka_settings import KafkaSettings
 from cdc_medallion.strict import check, load_yaml
 
+__all__ = [
+    "SPARK_CONF_KEY",
+    "InputConf",
+    "PipelineConf",
+    "SourceConf",
+    "TableConf",
+    "active_conf",
+    "load_conf",
+    "parse_source",
+    "parse_table",
+    "using_conf",
+]
+
 SPARK_CONF_KEY = "cdc_medallion.conf"
-
-
-@dataclass(frozen=True)
-class InputConf:
-    """Where a source's messages are read from locally (Kafka on Databricks: see the bundle)."""
-
-    path: Path
-    layout: InputLayout = "json-lines"
-    pattern: str = "*"
-
-
-@dataclass(frozen=True)
-class SourceConf:
-    """A source: its format (and the format's options, as written), its files or its Kafka topics."""
-
-    name: str
-    format: str
-    input: InputConf | None = None
-    topic: str | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-    kafka: KafkaSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +58,6 @@ class TableConf:
     columns: Mapping[str, str] = field(default_factory=dict)
     name: str | None = None
     track_history_except: tuple[str, ...] = ()
-    discovered: bool = False
 
     @property
     def gold_name(self) -> str:
@@ -119,15 +110,15 @@ def load_conf(path: str | os.PathLike[str]) -> PipelineConf:
     file = Path(path).resolve()
     if not file.is_file():
         raise ConfigError(f"{file}: configuration file not found")
-    top = check(ConfFile, load_yaml(file), str(file))
     base = file.parent
-    sources = [_source(section, base) for section in top.sources]
+    top = check(ConfFile, load_yaml(file), str(file), base=base)
+    sources = list(top.sources)
     tables = [(file, f"tables[{i}]", section) for i, section in enumerate(top.tables)]
     # `include:` globs of fragment files, each with its own `sources:` / `tables:` (one per source).
     for pattern in top.include:
         for fragment in sorted(Path(match) for match in glob.glob(str(base / pattern))):  # relative or absolute
-            part = check(IncludedFile, load_yaml(fragment) or {}, str(fragment))
-            sources += [_source(section, fragment.parent) for section in part.sources]
+            part = check(IncludedFile, load_yaml(fragment) or {}, str(fragment), base=fragment.parent)
+            sources += part.sources
             tables += [(fragment, f"tables[{i}]", section) for i, section in enumerate(part.tables)]
     if not sources:
         raise ConfigError(f"{file}: key 'sources': is required: at least one source (here or in an included file)")
@@ -141,9 +132,9 @@ def load_conf(path: str | os.PathLike[str]) -> PipelineConf:
     pipeline = top.pipeline
     return PipelineConf(
         name=pipeline.name,
-        storage=_resolve(base, pipeline.storage),
-        transformations=_resolve(base, pipeline.transformations),
-        expectations=_resolve(base, pipeline.expectations),
+        storage=resolve_path(base, pipeline.storage),
+        transformations=resolve_path(base, pipeline.transformations),
+        expectations=resolve_path(base, pipeline.expectations),
         max_messages_per_batch=pipeline.max_messages_per_batch,
         max_bytes_per_batch=pipeline.max_bytes_per_batch,
         max_concurrent_flows=pipeline.max_concurrent_flows,
@@ -155,24 +146,12 @@ def load_conf(path: str | os.PathLike[str]) -> PipelineConf:
 
 def parse_source(file: Path | str, raw: Any, where: str, base: Path | None = None) -> SourceConf:
     """One entry of `sources:` (`where`, e.g. `sources[0]`), its input relative to `base`."""
-    return _source(check(SourceSection, raw, str(file), at=where), base or Path(file).parent)
+    return check(SourceConf, raw, str(file), at=where, base=base or Path(file).parent)
 
 
 def parse_table(file: Path | str, raw: Any, where: str) -> TableConf:
     """One entry of `tables:` (`where`, e.g. `tables[0]`)."""
     return _table(check(TableSection, raw, str(file), at=where))
-
-
-def _source(section: SourceSection, base: Path) -> SourceConf:
-    given = section.input
-    return SourceConf(
-        name=section.name,
-        format=section.format,
-        input=None if given is None else InputConf(_resolve(base, given.path), given.layout, given.pattern),
-        topic=section.topic,
-        options=section.options,
-        kafka=section.kafka,
-    )
 
 
 def _table(section: TableSection) -> TableConf:
@@ -184,11 +163,6 @@ def _table(section: TableSection) -> TableConf:
         name=section.name,
         track_history_except=section.track_history_except,
     )
-
-
-def _resolve(base: Path, value: str) -> Path:
-    path = Path(os.path.expandvars(value)).expanduser()
-    return path if path.is_absolute() else (base / path).resolve()
 
 
 # --- the conf the transformations see ---------------------------------------------------------

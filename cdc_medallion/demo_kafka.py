@@ -88,7 +88,7 @@ def pipeline_conf(bootstrap_servers: str) -> Any:
 
     base = load_conf(REPO / "conf" / "local.yml")
     kafka = KafkaSettings(bootstrap_servers=bootstrap_servers, subscribe_pattern=rf"{PREFIX}\.public\..*")
-    sources = (SourceConf(PREFIX, "debezium-json", kafka=kafka),)
+    sources = (SourceConf(name=PREFIX, format="debezium-json", kafka=kafka),)
     tables = tuple(TableConf(source=PREFIX, table=f"public.{t}", keys=k, name=t) for t, k in KEYS.items())
     return dataclasses.replace(base, name="demo-kafka", storage=STORAGE, sources=sources, tables=tables)
 

@@ -259,7 +259,6 @@ def discover(store: DeltaStore, conf: PipelineConf) -> Discovery:
                 keys=table.keys,
                 columns={c: t or "string" for c, t in table.columns.items()},
                 name=f"{table.schema}_{table.table}" if ambiguous else None,
-                discovered=True,
             )
         )
     return Discovery(

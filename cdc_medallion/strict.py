@@ -58,10 +58,11 @@ def load_yaml(file: Path) -> Any:
         raise ConfigError(f"{file}: not valid YAML{where}: {problem}") from None
 
 
-def check(model: type[Model], data: Any, where: str, at: str = "") -> Model:
-    """`data` as a `model`, or a ConfigError naming `where` (a file) and the key path under `at`."""
+def check(model: type[Model], data: Any, where: str, at: str = "", base: Path | None = None) -> Model:
+    """`data` as a `model`, or a ConfigError naming `where` (a file) and the key path under `at`.
+    Paths in `data` are relative to `base`, the folder of the file they were written in."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=None if base is None else {"base": base})
     except ValidationError as error:
         raise ConfigError(one_line(error, model, where, at)) from None
 

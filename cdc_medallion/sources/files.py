@@ -236,12 +236,10 @@ def source_options(source: SourceConf, max_messages: int, max_bytes: int) -> dic
 
 def _landing(options: dict[str, str]) -> FileLanding:
     spec = json.loads(options["source"])
-    source = SourceConf(
-        name=spec["name"],
-        format=spec["format"],
-        topic=spec["topic"],
-        input=InputConf(path=Path(spec["path"]), layout=spec["layout"], pattern=spec["pattern"]),
-    )
+    # Checked when the conf was read, on the driver. A worker rebuilds it unchecked: checking
+    # needs the format registry, and a format registered at run time exists only on the driver.
+    given = InputConf.model_construct(path=Path(spec["path"]), layout=spec["layout"], pattern=spec["pattern"])
+    source = SourceConf.model_construct(name=spec["name"], format=spec["format"], topic=spec["topic"], input=given)
     return FileLanding(source, int(options["max_messages"]), int(options["max_bytes"]))
 
 
