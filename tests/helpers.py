@@ -76,7 +76,7 @@ def rendered_pipeline(rendered: list[RenderedSource], storage: Path) -> Pipeline
             layout=one.layout,
         )
         [source] = conf.sources
-        sources.append(dataclasses.replace(source, options={**source.options, **one.options}))
+        sources.append(source.model_copy(update={"options": {**source.options, **one.options}}))
         tables += [dataclasses.replace(t, name=gold_of(one.format, t.table)) for t in conf.tables]
     return dataclasses.replace(conf, sources=tuple(sources), tables=tuple(tables))
 

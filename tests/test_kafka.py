@@ -46,11 +46,12 @@ def file_conf(work: Path) -> PipelineConf:
 def kafka_conf(conf: PipelineConf, storage: Path, bootstrap_servers: str, topics: dict[str, list[str]]) -> PipelineConf:
     """The same sources and tables, each source reading its topics from the broker."""
     sources = tuple(
-        dataclasses.replace(
-            s,
-            input=None,
-            topic=None,
-            kafka=KafkaSettings(bootstrap_servers=bootstrap_servers, subscribe=",".join(topics[s.name])),
+        s.model_copy(
+            update={
+                "input": None,
+                "topic": None,
+                "kafka": KafkaSettings(bootstrap_servers=bootstrap_servers, subscribe=",".join(topics[s.name])),
+            }
         )
         for s in conf.sources
     )

@@ -292,7 +292,7 @@ def test_same_input_in_different_batchings_gives_identical_gold(spark, sample_ru
     cut = dataclasses.replace(
         conf,
         storage=tmp_path / "b",
-        sources=(dataclasses.replace(source, input=dataclasses.replace(source.input, path=pieces)),),
+        sources=(source.model_copy(update={"input": source.input.model_copy(update={"path": pieces})}),),
         max_messages_per_batch=100,
     )
     summary = run_pipeline(cut, spark=spark)

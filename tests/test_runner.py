@@ -572,7 +572,7 @@ def test_no_more_queries_run_at_once_than_max_concurrent_flows(spark, tmp_path):
         keys=[],
         columns=[],
     )
-    sources = (conf.sources[0], dataclasses.replace(other.sources[0], name="crm"))
+    sources = (conf.sources[0], other.sources[0].model_copy(update={"name": "crm"}))
     listener = QueryStarts(spark)
     spark.streams.addListener(listener)
     try:
