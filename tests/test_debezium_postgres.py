@@ -162,8 +162,8 @@ def pipeline_conf(storage: Path, bootstrap_servers: str) -> PipelineConf:
     base = load_conf(REPO / "conf" / "local.yml")
     sources = tuple(
         SourceConf(
-            name,
-            "debezium-json",
+            name=name,
+            format="debezium-json",
             kafka=KafkaSettings(bootstrap_servers=bootstrap_servers, subscribe_pattern=rf"{name}\.public\..*"),
         )
         for name in SOURCES
