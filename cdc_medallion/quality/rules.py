@@ -8,7 +8,6 @@ file and the rule.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated
 
@@ -46,25 +45,13 @@ class RuleFile(NullMeansAbsent):
 
 def _load_file(file: Path) -> list[tuple[Expectation, Path]]:
     raw = load_yaml(file) or {}
-    try:
-        loaded = check(RuleFile, raw, str(file))
-    except ConfigError as error:
-        raise ConfigError(_naming_the_rule(error.args[0], raw)) from None
+    listed = raw.get("rules") if isinstance(raw, dict) else None
+    for i, item in enumerate(listed if isinstance(listed, list) else []):
+        name = item.get("name") if isinstance(item, dict) else None
+        if isinstance(name, str):  # a person looks a rule up by its name, not by counting
+            check(Rule, item, f"{file}: rule {name!r}", at=f"rules[{i}]")
+    loaded = check(RuleFile, raw, str(file))
     return [(Expectation(r.name, r.constraint, r.action, r.description), file) for r in loaded.rules]
-
-
-def _naming_the_rule(message: str, raw: object) -> str:
-    """`... key 'rules[3].action' ...` with the rule's name before its position, when it has one:
-    a person looks a rule up by its name, not by counting."""
-    found = re.search(r"key 'rules\[(\d+)\]", message)
-    rules = raw.get("rules") if isinstance(raw, dict) else None
-    if found is None or not isinstance(rules, list) or int(found.group(1)) >= len(rules):
-        return message
-    rule = rules[int(found.group(1))]
-    name = rule.get("name") if isinstance(rule, dict) else None
-    if not isinstance(name, str):
-        return message
-    return message.replace(found.group(0), f"rule {name!r}: {found.group(0)}", 1)
 
 
 def load_rules(folder: Path | None, layer: str, fmt: str | None, schema: StructType) -> tuple[Expectation, ...]:
