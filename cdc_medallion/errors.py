@@ -54,6 +54,20 @@ class FlowFailed(CdcMedallionError):
     code = "FLOW_FAILED"
 
 
+#: How often a query that failed for a reason outside its data (`is_transient`) is started
+#: again from its checkpoint before its flows fail (Databricks retries failed flows likewise).
+TRANSIENT_RETRIES = 2
+#: Failures of the machine, not of a message: Spark waits a fixed 10 s for a Python process it
+#: forks without its daemon (a streaming Python data source's planner, our file landing's) to
+#: connect back, which a loaded host can miss.
+TRANSIENT_FAILURES = ("Python worker failed to connect back", "waiting for the Python worker to connect back")
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether `error` is one that trying again can clear."""
+    return any(text in str(error) for text in TRANSIENT_FAILURES)
+
+
 def first_line(error: BaseException) -> str:
     """The line of an error that says what went wrong: Spark's own description when it has one
     (a Java exception's message, not Py4J's "An error occurred while calling ...")."""

@@ -19,18 +19,33 @@ pytestmark = pytest.mark.xdist_group("cli")
 ENV = {**os.environ, "PYSPARK_PYTHON": sys.executable}
 
 
-def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, check: bool = True, python: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = ENV if python is None else {**ENV, "PYSPARK_PYTHON": str(python)}
     result = subprocess.run(
-        [sys.executable, "-m", "cdc_medallion.cli", *args], env=ENV, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "cdc_medallion.cli", *args], env=env, capture_output=True, text=True, timeout=600
     )
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result
 
 
+#: A Python that starts Spark's planner of a streaming Python source (our file landing) late
+#: the first time: Spark waits a fixed 10 s for it to connect back, as on a loaded machine.
+SLOW_FIRST_PLANNER = """#!/bin/sh
+case "$*" in *python_streaming_source_runner*) mkdir "$0.started" 2>/dev/null && sleep 12;; esac
+exec {python} "$@"
+"""
+
+
 @pytest.fixture(scope="module")
 def ingested(tmp_path_factory) -> Path:
-    storage = tmp_path_factory.mktemp("cli") / "storage"
+    """The first run of the module's storage, whose bronze query fails once to start its
+    planner (SLOW_FIRST_PLANNER) and is started again from its checkpoint."""
+    root = tmp_path_factory.mktemp("cli")
+    storage = root / "storage"
+    slow_python = root / "slow-python"
+    slow_python.write_text(SLOW_FIRST_PLANNER.format(python=sys.executable))
+    slow_python.chmod(0o755)
     fixture = shared_path("fixtures", "debezium-json", "apache_flink__debezium-postgres-data-schema-exclude.txt")
     result = cli(
         "ingest",
@@ -42,9 +57,13 @@ def ingested(tmp_path_factory) -> Path:
         str(storage),
         "--key",
         "products=id",
+        python=slow_python,
     )
     assert f"Tables are in {storage}" in result.stdout
     assert "bronze_debezium_json" in result.stderr  # progress lines
+    assert (root / "slow-python.started").is_dir(), "the planner never started through slow-python"
+    assert "bronze_debezium_json" in result.stderr  # progress lines
+    assert "Python worker failed to connect back. SQLSTATE: XXKST); starting it again" in result.stderr
     return storage
 
 

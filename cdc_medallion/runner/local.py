@@ -35,7 +35,15 @@ from pyspark.sql.streaming import StreamingQuery
 from cdc_medallion.config import PipelineConf, using_conf
 from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow, Dataset, DatasetKind, Flow
 from cdc_medallion.declarative.runtime import reading_with
-from cdc_medallion.errors import CdcMedallionError, ConcurrentRunError, FlowFailed, GraphError, first_line
+from cdc_medallion.errors import (
+    TRANSIENT_RETRIES,
+    CdcMedallionError,
+    ConcurrentRunError,
+    FlowFailed,
+    GraphError,
+    first_line,
+    is_transient,
+)
 from cdc_medallion.runner import expectations as exp
 from cdc_medallion.runner.batches import BatchWriter, FlowResult, SharedBatchWriter, SharedMember
 from cdc_medallion.runner.event_log import EventLog
@@ -187,6 +195,8 @@ class _Running:
     inputs: dict[str, Any] | None
     name: str
     started: float
+    rows: DataFrame
+    attempt: int = 0
 
 
 class LocalRunner:
@@ -534,14 +544,14 @@ class LocalRunner:
             handle = stream.trigger(**trigger).start()
         except AnalysisException as error:  # what Spark refuses in a stream, e.g. a sort
             raise GraphError(f"flow {flows[0].name} cannot run as a stream: {first_line(error)}") from None
-        self._running_queries.append(_Running(handle, writer, flows, checkpoint, inputs, name, started))
+        self._running_queries.append(_Running(handle, writer, flows, checkpoint, inputs, name, started, rows))
 
     def _finish(self, queries: list[_Running]) -> None:
         """Wait for `queries` to catch up; record what each read, or that it failed (its
         committed batches stay: each is exactly once; the other queries go on)."""
         for query in list(queries):  # `queries` may be `self._running_queries`, which shrinks
             try:
-                query.handle.awaitTermination()
+                self._await(query)
             except StreamingQueryException as error:
                 self._running_queries.remove(query)
                 failure = self._failure(query.writer, query.flows, error)
@@ -557,6 +567,30 @@ class LocalRunner:
                 query.checkpoint.record(query.inputs)
             if not query.writer.batches:
                 self.progress(f"  {query.name:<40} nothing new ({time.monotonic() - query.started:.1f}s)")
+
+    def _await(self, query: _Running) -> None:
+        """Wait for `query`; one that fails for a transient reason (`is_transient`) starts again
+        from its checkpoint, up to TRANSIENT_RETRIES times (its committed batches are not
+        written again: each write names its batch)."""
+        while True:
+            try:
+                query.handle.awaitTermination()
+                return
+            except StreamingQueryException as error:
+                if query.writer.error is not None or query.attempt >= TRANSIENT_RETRIES or not is_transient(error):
+                    raise
+                self._running_queries.remove(query)
+                reason = first_line(error).partition("terminated with exception: ")[2] or first_line(error)
+                self.log.emit(
+                    "flow_progress",
+                    f"{query.name}: {reason}; starting it again",
+                    {"retry": {"attempt": query.attempt + 1, "reason": reason}},
+                    level="WARN",
+                )
+                self.progress(f"  {query.name:<40} failed ({reason[:80]}); starting it again")
+                self._launch(query.name, query.rows, query.writer, query.checkpoint, query.flows, query.inputs)
+                query.handle, query.attempt = self._running_queries.pop().handle, query.attempt + 1
+                self._running_queries.append(query)
 
     def _failure(self, writer: BatchWriter | SharedBatchWriter, flows: list[AnyFlow], error: Any) -> CdcMedallionError:
         """What a failed query raises: our own error as raised in its batch, or one naming it."""
