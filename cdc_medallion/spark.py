@@ -39,6 +39,11 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
       and two malloc arenas keep the JVM's resident memory near its heap.
     - DataFrame debugging off: with it each Python Column records its call site in the JVM,
       several round trips per expression.
+    - Local tables commit through Delta's `LocalLogStore` and streaming checkpoints through the
+      `FileSystem`-based manager: the `FileContext` renames of the defaults fork `stat` on every
+      commit and checkpoint file here, about 15% of a small update's CPU (bench/HISTORY.md,
+      2026-11-27 night). Both rely on one writer process per storage, which `StorageLock`
+      holds, and on rename being atomic, which it is on a local disk.
     - RocksDB holds the state of the stateful format parsers (held messages), off the heap.
     - CDC_MEDALLION_SPARK_CONF adds settings ("spark.a=1 spark.b=2"), CDC_MEDALLION_JAVA_OPTIONS
       options of the driver's and the executors' JVMs (e.g. "-XX:TieredStopAtLevel=1", quick JIT
@@ -75,6 +80,11 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         )
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        .config("spark.delta.logStore.file.impl", "io.delta.storage.LocalLogStore")
+        .config(
+            "spark.sql.streaming.checkpointFileManagerClass",
+            "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+        )
         .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "cdc-medallion-warehouse"))
     )
     jars = cached_jars()
