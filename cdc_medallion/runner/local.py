@@ -569,28 +569,34 @@ class LocalRunner:
                 self.progress(f"  {query.name:<40} nothing new ({time.monotonic() - query.started:.1f}s)")
 
     def _await(self, query: _Running) -> None:
-        """Wait for `query`; one that fails for a transient reason (`is_transient`) starts again
-        from its checkpoint, up to TRANSIENT_RETRIES times (its committed batches are not
-        written again: each write names its batch)."""
+        """Wait for `query`, starting it again while it fails for a transient reason (`_retry`)."""
         while True:
             try:
                 query.handle.awaitTermination()
                 return
             except StreamingQueryException as error:
-                if query.writer.error is not None or query.attempt >= TRANSIENT_RETRIES or not is_transient(error):
+                if not self._retry(query, error):
                     raise
-                self._running_queries.remove(query)
-                reason = first_line(error).partition("terminated with exception: ")[2] or first_line(error)
-                self.log.emit(
-                    "flow_progress",
-                    f"{query.name}: {reason}; starting it again",
-                    {"retry": {"attempt": query.attempt + 1, "reason": reason}},
-                    level="WARN",
-                )
-                self.progress(f"  {query.name:<40} failed ({reason[:80]}); starting it again")
-                self._launch(query.name, query.rows, query.writer, query.checkpoint, query.flows, query.inputs)
-                query.handle, query.attempt = self._running_queries.pop().handle, query.attempt + 1
-                self._running_queries.append(query)
+
+    def _retry(self, query: _Running, error: BaseException) -> bool:
+        """Start `query` again from its checkpoint if it failed for a transient reason
+        (`is_transient`) and has tries left (TRANSIENT_RETRIES); its committed batches are not
+        written again (each write names its batch). Whether it was started again."""
+        if query.writer.error is not None or query.attempt >= TRANSIENT_RETRIES or not is_transient(error):
+            return False
+        self._running_queries.remove(query)
+        reason = first_line(error).partition("terminated with exception: ")[2] or first_line(error)
+        self.log.emit(
+            "flow_progress",
+            f"{query.name}: {reason}; starting it again",
+            {"retry": {"attempt": query.attempt + 1, "reason": reason}},
+            level="WARN",
+        )
+        self.progress(f"  {query.name:<40} failed ({reason[:80]}); starting it again")
+        self._launch(query.name, query.rows, query.writer, query.checkpoint, query.flows, query.inputs)
+        query.handle, query.attempt = self._running_queries.pop().handle, query.attempt + 1
+        self._running_queries.append(query)
+        return True
 
     def _failure(self, writer: BatchWriter | SharedBatchWriter, flows: list[AnyFlow], error: Any) -> CdcMedallionError:
         """What a failed query raises: our own error as raised in its batch, or one naming it."""
@@ -600,10 +606,13 @@ class LocalRunner:
         """Continuous mode: wait until a query stops (fails) or the process is interrupted."""
         try:
             while self._running_queries:
-                for query in self._running_queries:
+                for query in list(self._running_queries):
                     if not query.handle.isActive:
+                        error = query.handle.exception()
+                        if error is not None and self._retry(query, error):
+                            continue
                         self._stop_queries()
-                        raise self._failure(query.writer, query.flows, query.handle.exception() or "stopped")
+                        raise self._failure(query.writer, query.flows, error or "stopped")
                 time.sleep(1)
         except KeyboardInterrupt:
             self.progress("stopping")
