@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from cdc_medallion.catalog import dataset_status, gold_dataset
 from cdc_medallion.cli import main
-from tests.conftest import shared_path
+from cdc_medallion.storage.delta_rs import python_rows, read_table
+from tests.conftest import REPO, shared_path
 
 # One worker builds this module's shared storage once (make test runs pytest-xdist).
 pytestmark = pytest.mark.xdist_group("cli")
@@ -159,3 +164,64 @@ def test_spark_settings_from_the_environment_reach_the_session(spark):
     assert settings.get("spark.sql.codegen.wholeStage") == "false"
     for key, value in settings.items():
         assert spark.conf.get(key) == value, key
+
+
+CHANGE = '{"op":"%s","ts_ms":%d,"source":{"table":"t","lsn":%d},"before":null,"after":{"id":%d,"v":"%s"}}\n'
+CONTINUOUS_CONF = """pipeline:
+  name: continuous
+  storage: storage
+  transformations: {repo}/transformations
+  expectations: {repo}/expectations
+sources:
+  - name: feed
+    format: debezium-json
+    input:
+      path: feed.jsonl
+tables:
+  - source: feed
+    table: t
+    keys: [id]
+"""
+
+
+def gold_now(storage: Path) -> dict[int, str]:
+    """SCD1 gold of table `t` as it is committed now, read without a JVM beside the run."""
+    name = gold_dataset(dataset_status(storage), "t", 1) if storage.is_dir() else None
+    return {} if name is None else {r["id"]: r["v"] for r in python_rows(read_table(storage / name))}
+
+
+def wait_for(what: Callable[[], bool], process: subprocess.Popen, log: Path, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    while not what():
+        assert process.poll() is None, f"the run ended early: {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"not within {seconds}s: {log.read_text()[-3000:]}"
+        time.sleep(2)
+
+
+def test_run_continuous_applies_messages_as_they_arrive_until_ctrl_c(tmp_path):
+    """`run --continuous` keeps every flow running: lines appended while it runs reach gold, each
+    once; Ctrl-C (SIGINT to the whole process group, as a terminal sends it) stops it."""
+    feed = tmp_path / "feed.jsonl"
+    feed.write_text(CHANGE % ("c", 1, 10, 1, "a") + CHANGE % ("c", 2, 20, 2, "b"), encoding="utf-8")
+    conf = tmp_path / "conf.yml"
+    conf.write_text(CONTINUOUS_CONF.format(repo=REPO), encoding="utf-8")
+    command = [sys.executable, "-m", "cdc_medallion.cli", "run", "--conf", str(conf), "--continuous"]
+    log, storage = tmp_path / "run.log", tmp_path / "storage"
+    with log.open("w") as out:
+        process = subprocess.Popen(command, env=ENV, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for(lambda: gold_now(storage) == {1: "a", 2: "b"}, process, log)
+        with feed.open("a", encoding="utf-8") as handle:
+            handle.write(CHANGE % ("u", 3, 30, 1, "c") + CHANGE % ("c", 4, 40, 3, "d"))
+        wait_for(lambda: gold_now(storage) == {1: "c", 2: "b", 3: "d"}, process, log)
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    err = log.read_text()
+    assert "stopping" in err, err[-3000:]
+    assert process.returncode == 0, err[-3000:]
+    bronze = python_rows(read_table(storage / "bronze_feed"))
+    assert sorted(bytes(r["value"]) for r in bronze) == sorted(feed.read_bytes().splitlines())
