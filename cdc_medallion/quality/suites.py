@@ -38,8 +38,8 @@ GX_FOLDER = "quality"  # under <storage>/_system
 DOCS_INDEX = Path("gx", "uncommitted", "data_docs", "local_site", "index.html")
 #: A frame larger than this is not collected to the driver; the report says the suite was skipped.
 MAX_ROWS = int(os.environ.get("CDC_MEDALLION_GX_MAX_ROWS", "5000000"))
-#: Validation results (and their Data Docs pages) kept per suite: the newest runs.
 DATASOURCE, ASSET, BATCH = "cdc_medallion", "tables", "whole"  # where GX finds the frames it validates
+#: Validation results (and their Data Docs pages) kept per suite: the newest runs.
 KEEP_RUNS = int(os.environ.get("CDC_MEDALLION_GX_KEEP_RUNS", "20"))
 
 
@@ -310,18 +310,17 @@ def _whole_frame(context: Any) -> Any:
     """The one batch definition every suite validates its frame through (the frame is the run's
     parameter). Kept across runs: each asset or definition GX adds rewrites its whole project
     file, and one per dataset per run was a sixth of the checks' time on the sample."""
+    source = _get_or_add(context.data_sources.get, context.data_sources.add_pandas, DATASOURCE)
+    asset = _get_or_add(source.get_asset, source.add_dataframe_asset, ASSET)
+    return _get_or_add(asset.get_batch_definition, asset.add_batch_definition_whole_dataframe, BATCH)
+
+
+def _get_or_add(get: Any, add: Any, name: str) -> Any:
+    """GX's object `name`, added when the project lacks it (GX's lookups raise one of three)."""
     try:
-        source = context.data_sources.get(DATASOURCE)
+        return get(name)
     except (KeyError, LookupError, ValueError):
-        source = context.data_sources.add_pandas(DATASOURCE)
-    try:
-        asset = source.get_asset(ASSET)
-    except (KeyError, LookupError, ValueError):
-        asset = source.add_dataframe_asset(ASSET)
-    try:
-        return asset.get_batch_definition(BATCH)
-    except (KeyError, LookupError, ValueError):
-        return asset.add_batch_definition_whole_dataframe(BATCH)
+        return add(name)
 
 
 def run_suites(suites: Iterable[SuiteInput], project_dir: Path, run_name: str) -> tuple[list[Check], Path]:

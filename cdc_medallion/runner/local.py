@@ -537,14 +537,25 @@ class LocalRunner:
             if excess > 0:
                 self._finish(active[:excess])
         started = time.monotonic()
+        handle = self._stream(name, rows, writer, checkpoint, flows)
+        self._running_queries.append(_Running(handle, writer, flows, checkpoint, inputs, name, started, rows))
+
+    def _stream(
+        self,
+        name: str,
+        rows: DataFrame,
+        writer: BatchWriter | SharedBatchWriter,
+        checkpoint: _Checkpoint,
+        flows: list[AnyFlow],
+    ) -> StreamingQuery:
+        """Start the streaming query writing `rows` through `writer` from `checkpoint`."""
         stream = rows.writeStream.foreachBatch(writer).option("checkpointLocation", str(checkpoint.folder))
         stream = stream.queryName(f"{self.conf.name}.{name}"[:200])
         trigger = {"processingTime": CONTINUOUS_INTERVAL} if self.continuous else {"availableNow": True}
         try:
-            handle = stream.trigger(**trigger).start()
+            return stream.trigger(**trigger).start()
         except AnalysisException as error:  # what Spark refuses in a stream, e.g. a sort
             raise GraphError(f"flow {flows[0].name} cannot run as a stream: {first_line(error)}") from None
-        self._running_queries.append(_Running(handle, writer, flows, checkpoint, inputs, name, started, rows))
 
     def _finish(self, queries: list[_Running]) -> None:
         """Wait for `queries` to catch up; record what each read, or that it failed (its
@@ -584,7 +595,6 @@ class LocalRunner:
         written again (each write names its batch). Whether it was started again."""
         if query.writer.error is not None or query.attempt >= TRANSIENT_RETRIES or not is_transient(error):
             return False
-        self._running_queries.remove(query)
         reason = first_line(error).partition("terminated with exception: ")[2] or first_line(error)
         self.log.emit(
             "flow_progress",
@@ -593,9 +603,8 @@ class LocalRunner:
             level="WARN",
         )
         self.progress(f"  {query.name:<40} failed ({reason[:80]}); starting it again")
-        self._launch(query.name, query.rows, query.writer, query.checkpoint, query.flows, query.inputs)
-        query.handle, query.attempt = self._running_queries.pop().handle, query.attempt + 1
-        self._running_queries.append(query)
+        query.handle = self._stream(query.name, query.rows, query.writer, query.checkpoint, query.flows)
+        query.attempt += 1
         return True
 
     def _failure(self, writer: BatchWriter | SharedBatchWriter, flows: list[AnyFlow], error: Any) -> CdcMedallionError:
