@@ -55,8 +55,9 @@ class FlowFailed(CdcMedallionError):
 
 
 #: How often a query that failed for a reason outside its data (`is_transient`) is started
-#: again from its checkpoint before its flows fail (Databricks retries failed flows likewise).
-TRANSIENT_RETRIES = 2
+#: again from its checkpoint before its flows fail (Databricks retries failed flows likewise),
+#: after a pause that doubles each time (1, 2, 4, 8, 16 s), so that a load peak can pass.
+TRANSIENT_RETRIES = 5
 #: Failures of the machine, not of a message: Spark waits a fixed 10 s for a Python process it
 #: forks without its daemon (a streaming Python data source's planner, our file landing's) to
 #: connect back, which a loaded host can miss.

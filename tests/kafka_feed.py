@@ -16,6 +16,7 @@ in file order, so each partition's order is the file's.
 from __future__ import annotations
 
 import functools
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,51 @@ def records(
     return produced
 
 
-def produce(spark, produced: list[dict[str, Any]], bootstrap_servers: str) -> None:
-    """Write records to Kafka in one task, in list order (the order each partition keeps)."""
+def produce(spark, produced: list[dict[str, Any]], bootstrap_servers: str, partitions: int = 3) -> None:
+    """Write records to Kafka in one task, in list order (the order each partition keeps), into
+    topics of `partitions` partitions created beforehand (`create_topics`)."""
+    assert all(r["partition"] < partitions for r in produced), "a record for a partition its topic lacks"
+    create_topics(spark, {r["topic"] for r in produced}, partitions, bootstrap_servers)
     frame = spark.createDataFrame(produced, RECORD).coalesce(1)
     frame.write.format("kafka").option("kafka.bootstrap.servers", bootstrap_servers).save()
+
+
+def create_topics(spark, topics: set[str], partitions: int, bootstrap_servers: str, seconds: float = 120) -> None:
+    """Create the topics not there yet and wait until each of their partitions has a leader.
+
+    A producer sending to a topic the broker does not have yet makes the broker create it; while
+    a loaded one-node broker elects the leaders of a dozen such topics, the producer's batches can
+    wait out its delivery timeout (a CI run failed so: "Expiring 9 record(s) for
+    debezium_json.app.accounts-1: 120001 ms has passed since batch creation"). Kafka's own admin
+    client, from the kafka-clients jar Spark's Kafka connector brings, does it beforehand."""
+    jvm = spark.sparkContext._jvm
+    admin_api = jvm.org.apache.kafka.clients.admin
+    settings = jvm.java.util.Properties()
+    settings.setProperty("bootstrap.servers", bootstrap_servers)
+    admin = admin_api.Admin.create(settings)
+    try:
+        seconds_unit = jvm.java.util.concurrent.TimeUnit.SECONDS
+        existing = set(admin.listTopics().names().get(int(seconds), seconds_unit))
+        new = jvm.java.util.ArrayList()
+        for topic in sorted(topics - existing):
+            new.add(admin_api.NewTopic(topic, jvm.java.util.Optional.of(partitions), jvm.java.util.Optional.empty()))
+        admin.createTopics(new).all().get(int(seconds), seconds_unit)
+        names = jvm.java.util.ArrayList()
+        for topic in sorted(topics):
+            names.add(topic)
+        deadline = time.monotonic() + seconds
+        while True:
+            described = admin.describeTopics(names).allTopicNames().get(int(seconds), seconds_unit)
+            leaderless = [
+                f"{name}-{p.partition()}"
+                for name in topics
+                for p in described.get(name).partitions()
+                if p.leader() is None
+            ]
+            if not leaderless:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"partitions without a leader after {seconds:.0f} s: {leaderless}")
+            time.sleep(0.2)
+    finally:
+        admin.close()

@@ -90,7 +90,8 @@ def runs(spark, kafka_broker, tmp_path_factory) -> dict[str, Any]:
     fault_topics = {source: topics[source][0] for source in FAULT_SOURCES}
     faults = [record for topic in fault_topics.values() for record in bad_records(topic, FAULT_PARTITION)]
     # The bad records follow the history's in their partition.
-    produce(spark, [r for records_ in produced.values() for r in records_] + faults, kafka_broker.bootstrap_servers)
+    every = [r for records_ in produced.values() for r in records_] + faults
+    produce(spark, every, kafka_broker.bootstrap_servers, PARTITIONS)
     kafka = kafka_conf(files, work / "kafka", kafka_broker.bootstrap_servers, topics)
     run_pipeline(kafka, spark=spark)
     return {"files": files, "kafka": kafka, "produced": produced, "faults": faults, "fault_topics": fault_topics}

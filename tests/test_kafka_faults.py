@@ -30,7 +30,7 @@ from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.quality.accounting import account_source
 from cdc_medallion.sources.kafka_dump import unpack_line
 from tests.conftest import REPO
-from tests.kafka_feed import HEADERS
+from tests.kafka_feed import produce
 from tests.test_pipeline import SAMPLE, assert_gold_is_ground_truth
 
 pytestmark = pytest.mark.xdist_group("kafka")
@@ -106,10 +106,7 @@ class Outage(threading.Thread):
 
 def test_killed_while_reading_kafka_then_the_broker_goes_down_mid_run(spark, kafka_broker, tmp_path):
     records = sample_records()
-    frame = spark.createDataFrame(
-        records, f"key binary, value binary, topic string, partition int, headers {HEADERS}"
-    ).repartition(1)
-    frame.write.format("kafka").option("kafka.bootstrap.servers", kafka_broker.bootstrap_servers).save()
+    produce(spark, records, kafka_broker.bootstrap_servers)
     storage = tmp_path / "storage"
     conf_file = write_conf(tmp_path / "pipeline.yml", storage, kafka_broker.bootstrap_servers)
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from cdc_medallion.errors import ConcurrentRunError, IdentifierError, SchemaMismatch
 from cdc_medallion.runner.local import StorageLock
-from cdc_medallion.storage.delta_store import DELETION_VECTORS_DEFAULT, DeltaStore, Txn
+from cdc_medallion.storage.delta_store import DELETION_VECTORS_DEFAULT, DeltaStore, Txn, starts_like_its_snapshot
 from tests.helpers import datasets, gold_name, gold_rows, ingest, parse, read_rows
 
 SCHEMA = StructType([StructField("id", LongType()), StructField("v", StringType())])
@@ -29,6 +32,52 @@ def test_appends_commit_once_per_batch_and_schemas_are_checked(spark, storage):
     other = StructType([StructField("id", StringType()), StructField("v", StringType())])
     with pytest.raises(SchemaMismatch, match="rows for t have columns"):
         store.check_schema("t", other)
+
+
+def streamed(spark, store: DeltaStore, name: str, checkpoint: Path) -> tuple[list[tuple], int]:
+    """What a query new to `name` reads, and how many Spark jobs it ran (its run's job group)."""
+    seen: list[tuple] = []
+    query = (
+        store.read_stream(name)
+        .writeStream.foreachBatch(lambda rows, _batch: seen.extend(tuple(r) for r in rows.collect()))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return sorted(seen), len(spark.sparkContext.statusTracker().getJobIdsForGroup(query.runId))
+
+
+def test_a_stream_new_to_a_young_table_replays_its_commits_and_reads_what_its_snapshot_holds(spark, storage):
+    """A query new to a table of a few appends starts at version 0, without the snapshot start's
+    jobs, and reads the rows the snapshot holds. Once a commit removed rows or changed the schema,
+    or the log has a checkpoint, a new query starts from the snapshot: a replay would stop at the
+    removal (or read rows the snapshot no longer holds)."""
+    store = DeltaStore(storage, spark)
+    for batch in range(3):
+        store.append("t", spark.createDataFrame([(batch, "a"), (batch + 10, "b")], SCHEMA), Txn("flow:app", batch))
+    snapshot = sorted(tuple(r) for r in store.read("t").collect())
+    assert starts_like_its_snapshot(store.path("t"))
+    replayed, replay_jobs = streamed(spark, store, "t", storage / "cp1")
+    assert replayed == snapshot and len(snapshot) == 6
+
+    spark.sql(f"DELETE FROM delta.`{store.path('t')}` WHERE id = 0")
+    assert not starts_like_its_snapshot(store.path("t"))
+    rows, snapshot_jobs = streamed(spark, store, "t", storage / "cp2")
+    assert rows == sorted(tuple(r) for r in store.read("t").collect()) and len(rows) == 5
+    assert replay_jobs < snapshot_jobs, (replay_jobs, snapshot_jobs)
+
+    store.append("u", spark.createDataFrame([(1, "a")], SCHEMA), Txn("flow:app", 0))
+    spark.sql(f"ALTER TABLE delta.`{store.path('u')}` SET TBLPROPERTIES ('note' = 'x')")
+    assert not starts_like_its_snapshot(store.path("u"))
+
+    DeltaTable.create(spark).location(str(storage / "v")).addColumns(SCHEMA).property(
+        "delta.checkpointInterval", "2"
+    ).execute()
+    for batch in range(2):
+        spark.createDataFrame([(batch, "a")], SCHEMA).write.format("delta").mode("append").save(str(storage / "v"))
+    assert any("checkpoint" in n for n in os.listdir(storage / "v" / "_delta_log"))
+    assert not starts_like_its_snapshot(storage / "v")
 
 
 def test_a_create_killed_before_its_first_commit_does_not_block_the_table(spark, storage):

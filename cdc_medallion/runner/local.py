@@ -591,8 +591,9 @@ class LocalRunner:
 
     def _retry(self, query: _Running, error: BaseException) -> bool:
         """Start `query` again from its checkpoint if it failed for a transient reason
-        (`is_transient`) and has tries left (TRANSIENT_RETRIES); its committed batches are not
-        written again (each write names its batch). Whether it was started again."""
+        (`is_transient`) and has tries left (TRANSIENT_RETRIES), after a pause that doubles with
+        each try; its committed batches are not written again (each write names its batch).
+        Whether it was started again."""
         if query.writer.error is not None or query.attempt >= TRANSIENT_RETRIES or not is_transient(error):
             return False
         reason = first_line(error).partition("terminated with exception: ")[2] or first_line(error)
@@ -603,6 +604,7 @@ class LocalRunner:
             level="WARN",
         )
         self.progress(f"  {query.name:<40} failed ({reason[:80]}); starting it again")
+        time.sleep(2**query.attempt)
         query.handle = self._stream(query.name, query.rows, query.writer, query.checkpoint, query.flows)
         query.attempt += 1
         return True

@@ -40,6 +40,35 @@ GOLD_FEATURES = {"delta.enableChangeDataFeed": "true", "delta.enableDeletionVect
 DELETION_VECTORS_DEFAULT = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
 
 
+#: The most commits a stream new to a table replays from version 0 rather than start from the
+#: table's snapshot (Delta writes a checkpoint every 10 commits by default).
+REPLAYED_COMMITS = 20
+
+
+def starts_like_its_snapshot(table: Path) -> bool:
+    """Whether a stream reading `table` from version 0 reads what one started at its snapshot
+    reads, at no more cost: every commit is still in the log (none cleaned up), there are at most
+    REPLAYED_COMMITS of them and no checkpoint yet, and none after the first removed rows or
+    changed the schema (a snapshot start never sees either; a replay would stop on a removal).
+    Appends to a young bronze or silver table pass; anything else starts from the snapshot."""
+    try:
+        names = os.listdir(table / "_delta_log")
+    except OSError:
+        return False
+    if any("checkpoint" in n for n in names):
+        return False
+    versions = sorted(int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit())
+    if not versions or versions != list(range(len(versions))) or len(versions) > REPLAYED_COMMITS:
+        return False
+    for version in versions[1:]:
+        entry = table / "_delta_log" / f"{version:020d}.json"
+        for line in entry.read_text(encoding="utf-8").splitlines():
+            action = json.loads(line)
+            if "metaData" in action or ("remove" in action and action["remove"].get("dataChange", True)):
+                return False
+    return True
+
+
 def gold_features(spark: SparkSession) -> dict[str, str]:
     """`GOLD_FEATURES`, with deletion vectors as the session says when it says."""
     chosen = spark.conf.get(DELETION_VECTORS_DEFAULT, None)
@@ -87,8 +116,18 @@ class DeltaStore:
         return self.spark.read.format("delta").load(str(self.path(name)))
 
     def read_stream(self, name: str, options: Mapping[str, str] | None = None) -> DataFrame:
-        """The table as a stream: what a streaming query has not read yet, batch by batch."""
-        return self.spark.readStream.format("delta").options(**dict(options or {})).load(str(self.path(name)))
+        """The table as a stream: what a streaming query has not read yet, batch by batch.
+
+        A query new to the table starts from its first commit instead of its snapshot when both
+        give the same rows (`starts_like_its_snapshot`): a snapshot start runs three Spark jobs to
+        list and order the snapshot's files, which is most of what starting a query over a young
+        table costs. A query with a checkpoint goes on from it either way (Delta ignores
+        `startingVersion` then)."""
+        settings = dict(options or {})
+        path = self.path(name)
+        if not settings.keys() & {"startingVersion", "startingTimestamp"} and starts_like_its_snapshot(path):
+            settings["startingVersion"] = "0"
+        return self.spark.readStream.format("delta").options(**settings).load(str(path))
 
     def schema(self, name: str) -> StructType:
         return self.read(name).schema
