@@ -461,11 +461,11 @@ class AutoCdcApplier:
     ) -> ApplyResult:
         keys = list(self.flow.keys)
         last = Window.partitionBy(*_cols(keys)).orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
-        final = (
+        final = _detached(
             filled.withColumn("__rn", F.row_number().over(last))
             .filter("__rn = 1")
-            .select(*[F.col(quote(c)) for c in columns], SEQ, DELETE)
-            .localCheckpoint(eager=True)  # see `_detached`
+            .select(*[F.col(quote(c)) for c in columns], SEQ, DELETE),
+            empty_target,
         )
         try:
             changes = final.select(
@@ -552,17 +552,13 @@ class AutoCdcApplier:
             ),
         )
         changes = ranked.select(F.explode(F.filter(F.array(changed, vanished), lambda c: c.isNotNull())).alias("c"))
-        changes = changes.select("c.*").localCheckpoint(eager=True)  # see `_detached`
+        changes = _detached(changes.select("c.*"), empty_target)
         try:
             return self._merge(session, changes, [*keys, START_AT], txn, ranges, empty_target)
         finally:
             _release(changes)
 
     # --- writes -----------------------------------------------------------------------------
-    # `_detached`: a MERGE's source is computed once, before the writes, and kept without its
-    # lineage (`localCheckpoint`). The rebuild reads the target itself; a cached plan reading
-    # the target is recached by Delta when the MERGE commits to that same table, which Delta
-    # refuses mid-MERGE, and without a copy Delta would compute the rebuild twice.
     def _merge(
         self,
         session: Any,
@@ -633,6 +629,16 @@ def _within(ranges: dict[str, tuple[Any, Any, bool]], alias: str) -> Column:
         within = column.between(F.lit(low), F.lit(high))
         condition = condition & ((within | column.isNull()) if has_null else within)
     return condition
+
+
+def _detached(changes: DataFrame, empty_target: bool) -> DataFrame:
+    """A MERGE's source, computed once before the MERGE and kept without its lineage
+    (`localCheckpoint`). The rebuild reads the target itself; a cached plan reading the target is
+    recached by Delta when the MERGE commits to that same table, which Delta refuses mid-MERGE,
+    and without a copy Delta would compute the rebuild twice. A first batch into an empty target
+    is appended instead (`_insert`): its rebuild reads no target and an append computes its rows
+    once, so it is written as it is, without the copy's job."""
+    return changes if empty_target else changes.localCheckpoint(eager=True)
 
 
 def _release(detached: DataFrame) -> None:

@@ -19,11 +19,13 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -220,6 +222,7 @@ class LocalRunner:
         self._joining: list[tuple[str, _Plan]] = []  # (stream, plan) run on their own beside a shared query
         self.partial_graph = False
         self.land = True
+        self._interrupted = False  # set by Ctrl-C in continuous mode, before Spark cancels the jobs
 
     # --- update -------------------------------------------------------------------------------
     def update(
@@ -254,6 +257,7 @@ class LocalRunner:
             self.log = EventLog(self.store, self.conf.name, update_id)
             self.log.emit("create_update", f"update {update_id} started", {"full_refresh": full_refresh})
             self._done, self._flows_run, self.continuous, self._running_queries = set(), set(), continuous, []
+            self._interrupted = False
             self._failed, self._plans, self._joining = {}, {}, []
             self.partial_graph, self.land = partial_graph, land or continuous
             try:
@@ -332,6 +336,11 @@ class LocalRunner:
             self._record_failure(dataset, flows, as_flow_error(flows, error))
 
     def _record_failure(self, dataset: str, flows: list[str], error: CdcMedallionError) -> None:
+        if self._interrupted:  # Ctrl-C cancelled its batch's jobs: not a failure of the flow
+            for flow in flows:
+                self._log_failure(flow, dataset, f"stopped mid-batch ({first_line(error)})", "STOPPED")
+            self.progress(f"  {', '.join(flows):<40} stopped mid-batch: that batch runs again next time")
+            return
         self._failed[dataset] = dataset
         for flow in flows:
             self._flows_run.add(flow)
@@ -614,7 +623,33 @@ class LocalRunner:
         return as_flow_error([f.name for f in flows], writer.error if writer.error is not None else error)
 
     def _await_continuous(self) -> None:
-        """Continuous mode: wait until a query stops (fails) or the process is interrupted."""
+        """Continuous mode: wait until a query stops (fails) or the process is interrupted.
+
+        Ctrl-C makes PySpark cancel every running job, and so fails the batches running then;
+        their writes did not commit and run again next time, so those are logged as stopped, not
+        as failures (`_noting_interrupts`)."""
+        with self._noting_interrupts():
+            self._await_running()
+
+    @contextmanager
+    def _noting_interrupts(self) -> Iterator[None]:
+        """Note Ctrl-C (`_interrupted`) before PySpark's own handler cancels the jobs."""
+        previous = signal.getsignal(signal.SIGINT)
+        if threading.current_thread() is not threading.main_thread() or not callable(previous):
+            yield
+            return
+
+        def note(signum: int, frame: Any) -> None:
+            self._interrupted = True
+            previous(signum, frame)
+
+        signal.signal(signal.SIGINT, note)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _await_running(self) -> None:
         try:
             while self._running_queries:
                 for query in list(self._running_queries):
