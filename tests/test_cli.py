@@ -15,6 +15,8 @@ import pytest
 
 from cdc_medallion.catalog import dataset_status, gold_dataset
 from cdc_medallion.cli import main
+from cdc_medallion.config import load_conf
+from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.storage.delta_rs import python_rows, read_table
 from tests.conftest import REPO, shared_path
 
@@ -197,7 +199,7 @@ def wait_for(what: Callable[[], bool], process: subprocess.Popen, log: Path, sec
         time.sleep(2)
 
 
-def test_run_continuous_applies_messages_as_they_arrive_until_ctrl_c(tmp_path):
+def test_run_continuous_applies_messages_as_they_arrive_until_ctrl_c(spark, tmp_path):
     """`run --continuous` keeps every flow running: lines appended while it runs reach gold, each
     once. Ctrl-C (SIGINT to the whole process group, as a terminal sends it) stops it cleanly even
     in the middle of a batch: here it comes half a second into gold's third batch (fault
@@ -232,7 +234,7 @@ def test_run_continuous_applies_messages_as_they_arrive_until_ctrl_c(tmp_path):
     err = log.read_text()
     assert "[fault injection] SIGINT to the process group" in err, err[-3000:]
     assert "stopping" in err and "FAILED" not in err and process.returncode == 0, err[-3000:]
-    cli("run", "--conf", str(conf), "--no-quality", "--quiet")
+    run_pipeline(load_conf(conf), spark=spark)  # the next run, in this process as any run
     assert gold_now(storage) == {1: "c", 2: "e", 3: "d"}
     bronze = python_rows(read_table(storage / "bronze_feed"))
     assert sorted(bytes(r["value"]) for r in bronze) == sorted(feed.read_bytes().splitlines())
