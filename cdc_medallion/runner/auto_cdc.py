@@ -185,10 +185,15 @@ class FeedState:
         prefix = state_prefix(flow)
         self.tombstones_name = prefix
         self.truncates_name = f"{prefix}__truncates"
+        # Looked at before this batch writes its own (`write`): the table is made by the first delete.
+        self.had_tombstones = store.exists(self.tombstones_name)
 
     def tombstones(self) -> DataFrame | None:
-        """None while the flows have seen no delete (the table is made by the first)."""
-        return self.store.read(self.tombstones_name) if self.store.exists(self.tombstones_name) else None
+        """None while no earlier batch left a tombstone. This batch's own deletes are among its
+        events already, and a tombstone beside the delete that made it rebuilds the same (which
+        is what makes a replay after `write` safe), so reading them back would cost a scan and
+        a broadcast for nothing."""
+        return self.store.read(self.tombstones_name) if self.had_tombstones else None
 
     def has_truncates(self) -> bool:
         return self.store.exists(self.truncates_name)
