@@ -18,6 +18,7 @@ Nothing here writes: delta-spark writes every table (`delta_store.py`).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -49,14 +50,27 @@ class DatasetInfo:
     properties: Mapping[str, str]
 
 
-def log_version(table: Path) -> int | None:
-    """A Delta table's latest version from the names in its `_delta_log` (None: not a table)."""
+def commit_versions(table: Path) -> list[int]:
+    """The versions whose commit files a Delta table's `_delta_log` holds, in order (none: not
+    a table)."""
     try:
         names = os.listdir(table / "_delta_log")
     except OSError:
-        return None
-    versions = [int(m.group(1)) for n in names if (m := _COMMIT.match(n))]
-    return max(versions) if versions else None
+        return []
+    return sorted(int(m.group(1)) for n in names if (m := _COMMIT.match(n)))
+
+
+def log_version(table: Path) -> int | None:
+    """A Delta table's latest version from the names in its `_delta_log` (None: not a table)."""
+    versions = commit_versions(table)
+    return versions[-1] if versions else None
+
+
+def commit_actions(table: Path, version: int) -> Iterator[dict[str, Any]]:
+    """The actions of one commit (`commitInfo`, `add`, `remove`, `metaData`, ...), from its file."""
+    entry = table / "_delta_log" / f"{version:020d}.json"
+    for line in entry.read_text(encoding="utf-8").splitlines():
+        yield json.loads(line)
 
 
 def is_local(location: str | os.PathLike[str]) -> bool:

@@ -10,7 +10,6 @@ The one seam between the runner and storage: nothing else writes a table.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
@@ -27,7 +26,15 @@ from cdc_medallion.errors import SchemaMismatch
 from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import COLUMN_MAPPING, dataset_name, needs_column_mapping, quote
 from cdc_medallion.sqltypes import widens
-from cdc_medallion.storage.delta_rs import SYSTEM_DIR, DatasetInfo, log_version, stored_datasets, table_properties
+from cdc_medallion.storage.delta_rs import (
+    SYSTEM_DIR,
+    DatasetInfo,
+    commit_actions,
+    commit_versions,
+    log_version,
+    stored_datasets,
+    table_properties,
+)
 
 STATE_DIR = "_state"
 CHECKPOINT_DIR = "_checkpoints"
@@ -51,22 +58,16 @@ def starts_like_its_snapshot(table: Path) -> bool:
     REPLAYED_COMMITS of them and no checkpoint yet, and none after the first removed rows or
     changed the schema (a snapshot start never sees either; a replay would stop on a removal).
     Appends to a young bronze or silver table pass; anything else starts from the snapshot."""
-    try:
-        names = os.listdir(table / "_delta_log")
-    except OSError:
-        return False
-    if any("checkpoint" in n for n in names):
-        return False
-    versions = sorted(int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit())
+    versions = commit_versions(table)
     if not versions or versions != list(range(len(versions))) or len(versions) > REPLAYED_COMMITS:
         return False
-    for version in versions[1:]:
-        entry = table / "_delta_log" / f"{version:020d}.json"
-        for line in entry.read_text(encoding="utf-8").splitlines():
-            action = json.loads(line)
-            if "metaData" in action or ("remove" in action and action["remove"].get("dataChange", True)):
-                return False
-    return True
+    if (table / "_delta_log" / "_last_checkpoint").exists():
+        return False
+    return not any(
+        "metaData" in action or ("remove" in action and action["remove"].get("dataChange", True))
+        for version in versions[1:]
+        for action in commit_actions(table, version)
+    )
 
 
 def gold_features(spark: SparkSession) -> dict[str, str]:
@@ -143,14 +144,12 @@ class DeltaStore:
         latest = self.version(name)
         if latest is None:
             return 0
-        total = 0
-        for commit in range(0 if version is None else version + 1, latest + 1):
-            entry = self.path(name) / "_delta_log" / f"{commit:020d}.json"
-            for line in entry.read_text(encoding="utf-8").splitlines():
-                info = json.loads(line).get("commitInfo")
-                if info is not None:
-                    total += int((info.get("operationMetrics") or {}).get("numOutputRows", 0))
-        return total
+        return sum(
+            int((action["commitInfo"].get("operationMetrics") or {}).get("numOutputRows", 0))
+            for commit in range(0 if version is None else version + 1, latest + 1)
+            for action in commit_actions(self.path(name), commit)
+            if "commitInfo" in action
+        )
 
     def count(self, name: str) -> int:
         return self.read(name).count() if self.exists(name) else 0
