@@ -13,6 +13,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from cdc_medallion.class_archive import java_options as driver_class_archive
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.jars import cached_jars, packages
 
@@ -45,6 +46,7 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
       2026-11-27 night). Both rely on one writer process per storage, which `StorageLock`
       holds, and on rename being atomic, which it is on a local disk.
     - RocksDB holds the state of the stateful format parsers (held messages), off the heap.
+    - The driver maps the class archive `make setup` trained (`class_archive.py`), when there is one.
     - CDC_MEDALLION_SPARK_CONF adds settings ("spark.a=1 spark.b=2"), CDC_MEDALLION_JAVA_OPTIONS
       options of the driver's and the executors' JVMs (e.g. "-XX:TieredStopAtLevel=1", quick JIT
       for short runs).
@@ -67,7 +69,10 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{LOG4J} -XX:+UseSerialGC {jvm}")
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"-Dlog4j.configurationFile=file:{LOG4J} -XX:+UseSerialGC {driver_class_archive()} {jvm}",
+        )
         .config("spark.sql.shuffle.partitions", os.environ.get("CDC_MEDALLION_SHUFFLE_PARTITIONS", "4"))
         .config("spark.databricks.delta.snapshotPartitions", "1")
         .config("spark.sql.adaptive.enabled", "false")

@@ -26,3 +26,19 @@ def test_the_local_jvm_runs_the_serial_collector_in_its_heap_with_two_arenas(spa
     with open(f"/proc/{pid}/environ", "rb") as handle:
         environment = dict(entry.split(b"=", 1) for entry in handle.read().split(b"\0") if b"=" in entry)
     assert environment.get(b"MALLOC_ARENA_MAX") == os.environ.get("MALLOC_ARENA_MAX", "2").encode()
+
+
+def test_the_driver_maps_the_class_archive_setup_trained(spark):
+    """`make setup` trains the driver's class archive (class_archive.py); every later driver maps
+    it rather than loading Spark's and Delta's classes jar by jar."""
+    from cdc_medallion.class_archive import archive_path
+
+    archive = archive_path()
+    if archive is None or not archive.is_file():
+        pytest.skip(f"no class archive at {archive}: `make setup` trains it (python -m cdc_medallion.class_archive)")
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    if not os.path.exists(f"/proc/{pid}/maps"):
+        pytest.skip("the JVM's mappings are read from /proc, which this system does not have")
+    with open(f"/proc/{pid}/maps", encoding="utf-8") as handle:
+        mapped = {line.split()[-1] for line in handle if line.rstrip().endswith(".jsa")}
+    assert str(archive) in mapped, mapped
