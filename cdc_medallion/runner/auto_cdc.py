@@ -279,16 +279,29 @@ class AutoCdcApplier:
         self.store = store
         self.flow = flow
         self.properties = dict(properties)
+        #: The target's columns for this batch's writes (`apply` sets it: the table's, or the
+        #: batch's own for a target its first rows make).
+        self.target_schema = StructType()
 
     def apply(self, change: ChangeBatch, txn: Txn, session: SparkSession | None = None) -> ApplyResult:
         """Apply one prepared batch whose tombstones `change.state` holds already; the writes go
         through `session` (default: the batch's)."""
         session = session or change.rows.sparkSession
-        self._ensure_target(change.events, change.columns)
-        # A target that holds nothing yet (its create commit only) takes the batch's rows by an
-        # append: no stored row can match, and an append costs a fraction of a MERGE.
-        empty_target = self.store.version(self.flow.target) == 0
-        result = self._apply(session, change, txn, empty_target)
+        wanted = self._target_schema(change.events, change.columns)
+        name = self.flow.target
+        if self.store.exists(name):
+            self.target_schema = self.store.evolve(name, wanted)  # a column added by DDL, or a type widened
+            target = self.store.read(name)
+            # A target that holds nothing yet (made empty, by an earlier engine or by a first batch
+            # of deletes only) takes the batch's rows by an append: no stored row can match, and
+            # an append costs a fraction of a MERGE.
+            empty_target = self.store.version(name) == 0 and self.store.rows_written_since(name, None) == 0
+        else:
+            # The batch's rows make the target, in the commit that writes them (`DeltaStore.append`).
+            self.target_schema = wanted
+            target = session.createDataFrame([], wanted)
+            empty_target = True
+        result = self._apply(session, change, txn, target, empty_target)
         result.truncates = change.summary.truncates
         return result
 
@@ -301,16 +314,10 @@ class AutoCdcApplier:
             extra = [StructField(START_AT, seq_type), StructField(END_AT, seq_type)]
         return StructType([StructField(f.name, f.dataType, True) for f in fields] + extra)
 
-    def _ensure_target(self, events: DataFrame, columns: list[str]) -> None:
-        schema = self._target_schema(events, columns)
-        self.store.ensure_table(self.flow.target, schema, self.properties)
-        self.store.evolve(self.flow.target, schema)  # a column added by DDL, or a type widened
-
     # --- rebuild -----------------------------------------------------------------------------
-    def _apply(self, session: Any, change: ChangeBatch, txn: Txn, empty_target: bool) -> ApplyResult:
+    def _apply(self, session: Any, change: ChangeBatch, txn: Txn, target: DataFrame, empty_target: bool) -> ApplyResult:
         flow, rows, columns, summary = self.flow, change.rows, change.columns, change.summary
         keys = list(flow.keys)
-        target = self.store.read(flow.target)
         for column in columns:  # a column the batch lacks: treat as absent, keep previous values
             if column not in target.columns:
                 target = target.withColumn(column, F.lit(None).cast(rows.schema[column].dataType))
@@ -575,7 +582,7 @@ class AutoCdcApplier:
     ) -> ApplyResult:
         """The changed rows (with their ACTION) into the target, in one MERGE (an append while
         the target holds nothing)."""
-        schema = self.store.schema(self.flow.target)
+        schema = self.target_schema
         changes = changes.select(
             *[
                 (F.col(quote(f.name)) if f.name in changes.columns else F.lit(None)).cast(f.dataType).alias(f.name)
@@ -613,7 +620,8 @@ class AutoCdcApplier:
         The rows are counted by the commit itself, not by a job of their own; a batch with none
         commits an empty append, after which the target takes MERGEs."""
         before = self.store.version(self.flow.target)
-        self.store.append(self.flow.target, changes.filter(F.col(ACTION) == "upsert").drop(ACTION), txn)
+        upserts = changes.filter(F.col(ACTION) == "upsert").drop(ACTION)
+        self.store.append(self.flow.target, upserts, txn, self.properties)
         return ApplyResult(upserted=self.store.rows_written_since(self.flow.target, before))
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -159,22 +160,30 @@ class DeltaStore:
         """Create an empty table with `schema` and our properties (as Delta table properties)."""
         if self.exists(name):
             return
-        if (self.path(name) / "_delta_log").is_dir():
-            # A create killed before its first commit leaves a log folder with no version in it.
-            # Delta takes the folder for a table, so every later create would do nothing and every
-            # read fail: nothing was committed there, so it goes (one run per storage holds the lock).
-            shutil.rmtree(self.path(name))
+        self._clear_uncommitted(name)
         builder = DeltaTable.createIfNotExists(self.spark).location(str(self.path(name))).addColumns(schema)
+        for key, value in self._settings(schema, properties).items():
+            builder = builder.property(key, str(value))
+        commit_point(f"before create of {name}")
+        builder.execute()
+        commit_point(f"after create of {name}")
+
+    def _clear_uncommitted(self, name: str) -> None:
+        """A create killed before its first commit leaves a folder with no version in its log
+        (data files, an empty log folder). Delta takes a log folder for a table, so every later
+        create would do nothing and every read fail, and it refuses to create a table where files
+        are: nothing was committed there, so it goes (one run per storage holds the lock)."""
+        if self.path(name).is_dir():
+            shutil.rmtree(self.path(name))
+
+    def _settings(self, schema: StructType, properties: Mapping[str, str] | None) -> dict[str, str]:
+        """A new table's properties: ours, gold's Delta features, column mapping where a name needs it."""
         settings = dict(properties or {})
         if settings.get("layer") == "gold":
             settings = {**gold_features(self.spark), **settings}
         if needs_column_mapping(schema.fieldNames()):
             settings = {**COLUMN_MAPPING, **settings}
-        for key, value in settings.items():
-            builder = builder.property(key, str(value))
-        commit_point(f"before create of {name}")
-        builder.execute()
-        commit_point(f"after create of {name}")
+        return settings
 
     def check_schema(self, name: str, schema: StructType) -> None:
         """Refuse rows whose columns or types differ from the table's (never a silent cast)."""
@@ -184,14 +193,46 @@ class DeltaStore:
             raise SchemaMismatch(f"rows for {name} have columns {want}, the table has {have}")
 
     def append(self, name: str, rows: DataFrame, txn: Txn | None, properties: Mapping[str, str] | None = None) -> None:
-        """Append `rows` in one commit, unless `txn` (or a later batch of its app) committed."""
-        self.ensure_table(name, rows.schema, properties)
+        """Append `rows` in one commit, unless `txn` (or a later batch of its app) committed.
+
+        A table's first rows create it, in the same commit (`_create_with`): a create and then an
+        idempotent append would be two commits, and the append's check of `txn` a Spark job that
+        rebuilds the new table's state to find no transaction in it."""
+        if not self.exists(name):
+            if self._create_with(name, rows, txn, properties):
+                return
+            self.ensure_table(name, rows.schema, properties)
         commit_point(f"before append to {name}")
         writer = rows.write.format("delta").mode("append")
         if txn is not None:
             writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
         writer.save(str(self.path(name)))
         commit_point(f"after append to {name}")
+
+    def _create_with(self, name: str, rows: DataFrame, txn: Txn | None, properties: Mapping[str, str] | None) -> bool:
+        """Create the table from its first rows, with its properties and `txn`, in one commit
+        (a CREATE TABLE AS SELECT; Delta makes its columns nullable, as our creates do for
+        gold). False when another writer created it first, or when Delta refuses such a create:
+        with both column mapping and the change data feed on (DELTA_BLOCK_COLUMN_MAPPING_AND_CDC_OPERATION);
+        the caller then creates the table empty if need be and appends."""
+        settings = self._settings(rows.schema, properties)
+        if "delta.columnMapping.mode" in settings and settings.get("delta.enableChangeDataFeed") == "true":
+            return False
+        self._clear_uncommitted(name)
+        writer = rows.writeTo(f"delta.`{self.path(name)}`").using("delta")
+        if txn is not None:
+            writer = writer.option("txnAppId", txn.app_id).option("txnVersion", str(txn.version))
+        for key, value in settings.items():
+            writer = writer.tableProperty(key, str(value))
+        commit_point(f"before append to {name}")
+        try:
+            writer.create()
+        except AnalysisException as error:
+            if error.getCondition() == "TABLE_OR_VIEW_ALREADY_EXISTS":
+                return False
+            raise
+        commit_point(f"after append to {name}")
+        return True
 
     def overwrite(self, name: str, rows: DataFrame, properties: Mapping[str, str] | None = None) -> None:
         """Replace a materialized view's content (recomputed each update), schema included."""
