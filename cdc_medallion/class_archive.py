@@ -8,8 +8,8 @@ That is most of what a short run costs, and every subprocess run of the tests pa
 
 `make setup` trains it (`python -m cdc_medallion.class_archive`): one pipeline run over the
 embedded Debezium sample, with the JVM told to archive the classes it loaded when it exits.
-The archive is named by what it depends on (the `java` binary, pyspark's jars and ours), so a
-new JDK or jar set trains a new one; the JVM checks it again at every start and, if anything
+The archive is named by what it depends on (the `java` binary, pyspark's jars and ours, where
+they are), so a new JDK, jar set or checkout trains a new one; the JVM checks it again at every start and, if anything
 still differs, starts without it (`-Xshare:auto`), never failing for it.
 """
 
@@ -38,8 +38,10 @@ def archive_path() -> Path | None:
     if java is None:
         return None
     real = Path(java).resolve()
-    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
-    identity = [f"{real}:{real.stat().st_mtime_ns}", *(p.name for p in jars), *(cached_jars() or [])]
+    # The JVM maps an archive only for the class path it was made with, folders included: a
+    # second checkout (its own .venv) needs an archive of its own.
+    jars = sorted((Path(pyspark.__file__).resolve().parent / "jars").glob("*.jar"))
+    identity = [f"{real}:{real.stat().st_mtime_ns}", *map(str, jars), *(cached_jars() or [])]
     digest = hashlib.sha256("\n".join(identity).encode()).hexdigest()[:16]
     return cache_root().parent / "class-archives" / f"driver-{digest}.jsa"
 
@@ -72,7 +74,7 @@ def train(say=print) -> Path | None:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.partial")
-    say(f"training the driver's class archive on {SAMPLE.name} (once per JDK and jar set)")
+    say(f"training the driver's class archive on {SAMPLE.name} (once per JDK, jar set and checkout)")
     with tempfile.TemporaryDirectory(prefix="cdc-medallion-class-archive-") as storage:
         code = _run_once(Path(storage), partial)
     if code != 0 or not partial.is_file():
