@@ -220,3 +220,23 @@ def test_identifier_edges():
     assert not is_safe_identifier("a\n") and not is_safe_identifier("a.b") and not is_safe_identifier("a`b")
     assert is_safe_identifier("#alibaba_rds_row_id#") and is_safe_identifier("T$1") and is_safe_identifier("Käse")
     assert TableConf(source="s", table="Käse$Tab#1", keys=("id",)).gold_name == "gold_k_se_tab_1"
+
+
+def test_a_tables_first_rows_create_it_in_one_commit_with_our_properties_and_the_txn(spark, storage):
+    """No create commit and then an append (whose txn check is a job of its own): one commit
+    holds the table's metadata, our properties, the batch's txn and its rows; a replay of that
+    batch adds nothing."""
+    from cdc_medallion.storage.delta_rs import commit_actions, commit_versions
+
+    store = DeltaStore(storage, spark)
+    rows = spark.createDataFrame([(1, "a"), (2, "b")], SCHEMA)
+    store.append("t", rows, Txn("flow:app", 4), {"layer": "state"})
+    assert commit_versions(store.path("t")) == [0]
+    actions = list(commit_actions(store.path("t"), 0))
+    assert [a["txn"]["appId"] for a in actions if "txn" in a] == ["flow:app"]
+    assert [a["metaData"]["configuration"]["layer"] for a in actions if "metaData" in a] == ["state"]
+    assert store.rows_written_since("t", None) == 2
+
+    store.append("t", rows, Txn("flow:app", 4), {"layer": "state"})  # replayed
+    assert commit_versions(store.path("t")) == [0]
+    assert store.count("t") == 2
