@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -88,8 +89,6 @@ def train(say=print) -> Path | None:
 
 def _run_once(storage: Path, archive: Path) -> int:
     """One pipeline run in a child process, whose JVM is started to dump `archive` at exit."""
-    import subprocess
-
     jvm = os.environ.get("CDC_MEDALLION_JAVA_OPTIONS", "")
     env = {
         **os.environ,
