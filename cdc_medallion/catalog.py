@@ -68,9 +68,7 @@ def first_rows(storage: Path, name: str, limit: int) -> list[dict[str, Any]]:
     values as Spark's `Row.asDict(recursive=True)` gives them, whichever engine reads."""
     from cdc_medallion.storage import delta_rs
 
-    _require_storage(storage)  # the datasets are listed, not counted: no table is read but this one
-    listed = [{"name": n, "path": str(p)} for n, p in delta_rs.dataset_paths(storage.resolve()).items()]
-    path = dataset_entry(listed, name, storage)["path"]
+    listed, path = _listed(storage, name)
     if delta_rs.readable_without_jvm(path):
         return delta_rs.python_rows(delta_rs.first_rows(path, limit))
     from cdc_medallion.spark import get_spark
@@ -78,6 +76,31 @@ def first_rows(storage: Path, name: str, limit: int) -> list[dict[str, Any]]:
     df = read_dataset(get_spark(), storage, name, listed)
     ordered = [f.name for f in df.schema.fields if f.dataType.typeName() not in ("map", "array", "struct", "binary")]
     return [r.asDict(recursive=True) for r in df.orderBy(*ordered).limit(limit).collect()]
+
+
+def all_rows(storage: Path, name: str, spark: Any = None) -> list[dict[str, Any]]:
+    """Every row of a dataset, in no order, as `first_rows` gives them, whichever engine reads:
+    delta-rs where it reads the table as Spark does, which spares a Spark job and a snapshot
+    per read; else Spark (`spark`, or the session `get_spark` starts)."""
+    from cdc_medallion.storage import delta_rs
+
+    listed, path = _listed(storage, name)
+    if delta_rs.readable_without_jvm(path):
+        return delta_rs.python_rows(delta_rs.read_table(path))
+    if spark is None:
+        from cdc_medallion.spark import get_spark
+
+        spark = get_spark()
+    return [r.asDict(recursive=True) for r in read_dataset(spark, storage, name, listed).collect()]
+
+
+def _listed(storage: Path, name: str) -> tuple[list[dict[str, Any]], str]:
+    """The datasets under `storage`, listed but not counted (no table is read), and `name`'s path."""
+    from cdc_medallion.storage import delta_rs
+
+    _require_storage(storage)
+    listed = [{"name": n, "path": str(p)} for n, p in delta_rs.dataset_paths(Path(storage).resolve()).items()]
+    return listed, dataset_entry(listed, name, storage)["path"]
 
 
 def gold_dataset(status: list[dict[str, Any]], source_table: str, scd_type: int) -> str | None:
