@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from cdc_medallion.config import PipelineConf
 from cdc_medallion.discovery import Discovery, discover
+from cdc_medallion.runner.event_log import EventLog
 from cdc_medallion.runner.local import LocalRunner, Progress, StorageLock, UpdateResult
 from cdc_medallion.spark import get_spark
 from cdc_medallion.storage.delta_store import DeltaStore
@@ -54,8 +55,13 @@ def run_pipeline(
         # Gold's columns must include everything silver has seen (a column added by DDL in this
         # batch), so bronze and silver run first, then gold is declared from silver and runs.
         say(f"landing and parsing {len(conf.sources)} source(s)")
-        summary.updates.append(_update(conf, Discovery(tables=(), unconfigured=()), spark, progress, partial=True))
-        after = discover(store, conf)
+        first = _update(conf, Discovery(tables=(), unconfigured=()), spark, progress, partial=True, hand_on=True)
+        summary.updates.append(first)
+        try:
+            after = discover(store, conf)
+        except BaseException:
+            EventLog(store, conf.name, first.update_id, first.unlogged).flush()  # no next update to carry them
+            raise
         for table in after.unseen:  # a --key/--columns or conf table the data does not have (yet)
             print(
                 f"cdc-medallion: warning: table {table} is configured but no message names it; "
@@ -63,7 +69,7 @@ def run_pipeline(
                 file=sys.stderr,
             )
         say(f"applying changes to {len(after.gold_tables())} table(s)")
-        summary.updates.append(_update(conf, after, spark, progress, continuous, land=False))
+        summary.updates.append(_update(conf, after, spark, progress, continuous, land=False, carried=first.unlogged))
         summary.discovery = after
         if quality:
             from cdc_medallion.quality.checks import run_quality_checks
@@ -89,7 +95,19 @@ def _update(
     continuous: bool = False,
     partial: bool = False,
     land: bool = True,
+    hand_on: bool = False,
+    carried: list[dict[str, Any]] | None = None,
 ) -> UpdateResult:
+    """One update; `hand_on` and `carried`: an update that wrote nothing has its event log
+    entries committed with the next one's (`LocalRunner.update`)."""
     declared = replace(conf, tables=found.tables)
     runner = LocalRunner(declared, spark, progress)
-    return runner.update(lock=False, continuous=continuous, raise_failures=False, partial_graph=partial, land=land)
+    return runner.update(
+        lock=False,
+        continuous=continuous,
+        raise_failures=False,
+        partial_graph=partial,
+        land=land,
+        hand_on_if_idle=hand_on,
+        carried=carried,
+    )

@@ -12,10 +12,12 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from cdc_medallion.config import load_conf
 from cdc_medallion.errors import CdcMedallionError, ExpectationFailed, GraphError
+from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.runner import expectations
 from cdc_medallion.runner.auto_cdc import AutoCdcApplier
 from cdc_medallion.runner.event_log import EVENT_LOG
 from cdc_medallion.runner.local import LocalRunner
+from cdc_medallion.storage import delta_rs
 from cdc_medallion.storage.delta_store import DeltaStore
 from tests.helpers import datasets, read_rows
 
@@ -411,6 +413,57 @@ def test_an_update_with_nothing_new_starts_no_query_and_runs_no_job(spark, tmp_p
     runner.update()
     assert sorted(r["id"] for r in read_rows(spark, storage, "even_1")) == [2, 6]
     assert sorted(r["id"] for r in read_rows(spark, storage, "even_2") if r["__END_AT"] is None) == [2, 6]
+
+
+def test_an_update_with_nothing_new_does_not_build_the_queries_of_a_shared_query(spark, tmp_path):
+    """The flows sharing one query over a stream with nothing new are not planned: their query
+    functions (gold's views, tens of columns each) are not called, which over hundreds of tables
+    was most of such an update. New rows then reach them as before."""
+    calls = tmp_path / "calls"
+    counted = f"    def feed(parity=parity):\n        open({str(calls)!r}, 'a').write(parity + '\\n')\n"
+    body = PER_PARITY_FLOWS.replace("    def feed(parity=parity):\n", counted)
+    assert body != PER_PARITY_FLOWS
+    runner, storage = make_pipeline(tmp_path, body, [row(1, 1, "ann"), row(2, 2, "bob")])
+    for _ in range(2):  # the second update: the flows share one query, and it has caught up
+        runner.update()
+    called = calls.read_text().split()
+
+    result = runner.update()
+    assert calls.read_text().split() == called
+    assert not [f for f in result.flows.values() if f.batches]
+
+    append(tmp_path, [row(3, 3, "cy"), row(4, 4, "di")])
+    runner.update()
+    assert len(calls.read_text().split()) > len(called)
+    assert sorted(r["id"] for r in read_rows(spark, storage, "odd_1")) == [1, 3]
+    assert sorted(r["id"] for r in read_rows(spark, storage, "even_2")) == [2, 4]
+
+
+def test_a_run_with_nothing_new_commits_the_event_log_once_with_both_updates(spark, tmp_path):
+    """A run is two updates (bronze and silver, then all of it); the first, when it wrote nothing,
+    hands its events to the second, so an idle run commits the event log once, and both updates
+    are in it. An update that wrote rows commits its events itself, as before."""
+    runner, storage = make_pipeline(tmp_path, PER_PARITY_FLOWS, [row(1, 1, "ann")])
+    run_pipeline(runner.conf, spark)
+    store = DeltaStore(storage, spark)
+    assert delta_rs.table_properties(store.path(EVENT_LOG))["delta.checkpointInterval"] == "100"
+
+    before = store.version(EVENT_LOG)
+    summary = run_pipeline(runner.conf, spark)
+    assert store.version(EVENT_LOG) == before + 1
+    events = read_rows(spark, storage, "event_log")
+    completed = {
+        e["origin"]["update_id"]
+        for e in events
+        if e["event_type"] == "update_progress" and json.loads(e["details"])["update_progress"]["state"] == "COMPLETED"
+    }
+    assert len(summary.updates) == 2 and {u.update_id for u in summary.updates} <= completed
+
+    append(tmp_path, [row(2, 2, "bob")])
+    before = store.version(EVENT_LOG)
+    run_pipeline(runner.conf, spark)
+    assert store.version(EVENT_LOG) == before + 2
+    assert sorted(r["id"] for r in read_rows(spark, storage, "even_1")) == [2]
 
 
 # One view read by two flows, as gold's SCD1 and SCD2 flows read a table's view.

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 
 from pyspark.sql import DataFrame
-from pyspark.sql.types import ArrayType, StringType, StructField, StructType, _parse_datatype_string
+from pyspark.sql.types import ArrayType, DataType, StringType, StructField, StructType, _parse_datatype_string
 
 from cdc_medallion import dp
 from cdc_medallion.config import PipelineConf, TableConf
@@ -62,7 +62,14 @@ def typed(value: str, spark_type: str) -> str:
 @lru_cache(maxsize=1024)
 def _type_sql(spark_type: str) -> str:
     """A type as Spark spells it: parsed once per spelling, not once per column per batch."""
-    return _parse_datatype_string(spark_type).simpleString()
+    return _data_type(spark_type).simpleString()
+
+
+@lru_cache(maxsize=1024)
+def _data_type(spark_type: str) -> DataType:
+    """A type parsed by Spark (a JVM call), once per spelling: every update declares every
+    table's view, whose schema has a type per column."""
+    return _parse_datatype_string(spark_type)
 
 
 def changes(events: DataFrame, table: TableConf) -> DataFrame:
@@ -129,7 +136,7 @@ def with_old_keys(events: DataFrame, moved: str) -> DataFrame:
 
 
 def view_schema(columns: Mapping[str, str]) -> StructType:
-    fields = [StructField(gold_column(name), _parse_datatype_string(t)) for name, t in columns.items()]
+    fields = [StructField(gold_column(name), _data_type(t)) for name, t in columns.items()]
     fields += [
         StructField(OP, StringType()),
         StructField(SEQUENCE, StringType()),

@@ -8,6 +8,7 @@ file and the rule.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
@@ -44,6 +45,14 @@ class RuleFile(NullMeansAbsent):
 
 
 def _load_file(file: Path) -> list[tuple[Expectation, Path]]:
+    """The file's rules, read and checked once per version of the file in this process: every
+    update declares each gold table's rules, hundreds of times the same file."""
+    stat = file.stat()
+    return list(_load_version(file, stat.st_mtime_ns, stat.st_size))
+
+
+@lru_cache(maxsize=64)
+def _load_version(file: Path, _mtime_ns: int, _size: int) -> tuple[tuple[Expectation, Path], ...]:
     raw = load_yaml(file) or {}
     listed = raw.get("rules") if isinstance(raw, dict) else None
     for i, item in enumerate(listed if isinstance(listed, list) else []):
@@ -51,7 +60,7 @@ def _load_file(file: Path) -> list[tuple[Expectation, Path]]:
         if isinstance(name, str):  # a person looks a rule up by its name, not by counting
             check(Rule, item, f"{file}: rule {name!r}", at=f"rules[{i}]")
     loaded = check(RuleFile, raw, str(file))
-    return [(Expectation(r.name, r.constraint, r.action, r.description), file) for r in loaded.rules]
+    return tuple((Expectation(r.name, r.constraint, r.action, r.description), file) for r in loaded.rules)
 
 
 def load_rules(folder: Path | None, layer: str, fmt: str | None, schema: StructType) -> tuple[Expectation, ...]:

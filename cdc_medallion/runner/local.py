@@ -75,6 +75,9 @@ class UpdateResult:
     seconds: float = 0.0
     failures: dict[str, CdcMedallionError] = field(default_factory=dict)  # flow -> why it failed
     skipped: dict[str, str] = field(default_factory=dict)  # flow -> the failed dataset it reads
+    #: Its event log entries, when it wrote nothing and was asked to hand them to the next update
+    #: of its run (`LocalRunner.update`'s `hand_on_if_idle`) instead of committing them.
+    unlogged: list[dict[str, Any]] = field(default_factory=list)
 
     def error(self) -> CdcMedallionError | None:
         """One error for every failed flow of the update (the first one's type and code)."""
@@ -162,6 +165,15 @@ class _Checkpoint:
         _write_atomically(self.folder / "cdc_medallion_inputs.json", json.dumps(inputs, sort_keys=True))
 
 
+def _query_name(flows: list[AnyFlow]) -> str:
+    """The name of the query `flows` run in on their own (and of its checkpoint); the name a
+    shared query lists them by."""
+    first = flows[0]
+    if isinstance(first, AutoCdcFlow):
+        return "__".join([first.source, *(f.name for f in flows)])
+    return first.name
+
+
 def _last(folder: Path) -> int | None:
     try:
         return max((int(n) for n in os.listdir(folder) if n.isdigit()), default=None)
@@ -220,6 +232,7 @@ class LocalRunner:
         self._failed: dict[str, str] = {}  # dataset -> the failed dataset it is (or reads)
         self._plans: dict[str, _Plan] = {}  # planned while looking for sharers, kept for their turn
         self._joining: list[tuple[str, _Plan]] = []  # (stream, plan) run on their own beside a shared query
+        self._members: dict[str, str] | None = None  # query name -> the stream it is a shared member of
         self.partial_graph = False
         self.land = True
         self._interrupted = False  # set by Ctrl-C in continuous mode, before Spark cancels the jobs
@@ -233,6 +246,8 @@ class LocalRunner:
         raise_failures: bool = True,
         partial_graph: bool = False,
         land: bool = True,
+        hand_on_if_idle: bool = False,
+        carried: list[dict[str, Any]] | None = None,
     ) -> UpdateResult:
         """Run every flow once (or, `continuous`, keep every flow running until one fails or the
         process is stopped); `lock=False` when the caller already holds the storage lock.
@@ -245,7 +260,10 @@ class LocalRunner:
         update, before gold is declared): the flows that would share a query wait for that one,
         so that no member of a shared query misses a batch and the first shared query has them all.
         `land=False`: the queries reading sources are not run (the run's second update: its first
-        landed what the sources held; a Kafka query cannot tell without starting that nothing is new)."""
+        landed what the sources held; a Kafka query cannot tell without starting that nothing is new).
+        `hand_on_if_idle`: if no flow ran and none failed, the update's event log entries are not
+        committed but left in the result's `unlogged`, for the next update of the run to commit
+        with its own (`carried`): the event log's commit is most of an update with nothing new."""
         started = time.monotonic()
         with StorageLock(self.store.root) if lock else nullcontext():
             if full_refresh:
@@ -254,11 +272,11 @@ class LocalRunner:
             self.graph = load_graph(self.conf)
             update_id = uuid.uuid4().hex
             self.result = UpdateResult(update_id=update_id)
-            self.log = EventLog(self.store, self.conf.name, update_id)
+            self.log = EventLog(self.store, self.conf.name, update_id, carried)
             self.log.emit("create_update", f"update {update_id} started", {"full_refresh": full_refresh})
             self._done, self._flows_run, self.continuous, self._running_queries = set(), set(), continuous, []
             self._interrupted = False
-            self._failed, self._plans, self._joining = {}, {}, []
+            self._failed, self._plans, self._joining, self._members = {}, {}, [], None
             self.partial_graph, self.land = partial_graph, land or continuous
             try:
                 with using_conf(self.conf):  # query functions may read the conf while they run
@@ -285,7 +303,10 @@ class LocalRunner:
                     f"update {update_id} completed in {self.result.seconds:.1f}s",
                     {"update_progress": {"state": "COMPLETED"}},
                 )
-            self.log.flush()
+            if hand_on_if_idle and error is None and not self.result.flows:
+                self.result.unlogged = list(self.log.events)
+            else:
+                self.log.flush()
         if error is not None and raise_failures:
             raise error
         return self.result
@@ -374,6 +395,8 @@ class LocalRunner:
         """Run `flows` (one append flow, or the auto CDC flows of one source) in a query of their
         own, or as members of the query shared by every flow reading their stream (`sharing.py`)."""
         self._flows_run.update(f.name for f in flows)
+        if self._caught_up_member(flows):
+            return
         plan = self._plans.pop(flows[0].name, None)
         if plan is None or [f.name for f in plan.flows] != [f.name for f in flows]:
             plan = self._plan(flows)
@@ -386,11 +409,33 @@ class LocalRunner:
                 return
         self._start(plan)
 
+    def _caught_up_member(self, flows: list[AnyFlow]) -> bool:
+        """Whether `flows` are members of a shared query with nothing new to read: then nothing
+        runs, and their query function is not even built. With hundreds of tables, building every
+        gold view only to find that its stream had nothing new was most of such an update.
+
+        A member that left the graph stays listed until its stream has a new batch (the shared
+        query then lists only the flows it serves); it missed nothing meanwhile, so it may come
+        back as a member."""
+        if self.continuous or self.partial_graph:
+            return False
+        if self._members is None:
+            self._members = {}
+            for stream in self.graph.datasets:
+                members = Members(self._shared_folder(stream))
+                if members.exists():
+                    self._members.update(dict.fromkeys(members.names(), stream))
+        stream = self._members.get(_query_name(flows))
+        if stream is None:
+            return False
+        self.ensure_fresh(stream)  # what it reads first, as its query function would
+        inputs = self._signature(Inputs(streams=[stream]))
+        return _Checkpoint(self._shared_folder(stream)).caught_up_with(inputs)
+
     def _plan(self, flows: list[AnyFlow]) -> _Plan:
         """Run the query function of `flows` (after what it reads is fresh) for its streaming rows."""
         first = flows[0]
-        name = first.source if isinstance(first, AutoCdcFlow) else first.name
-        query = "__".join([name, *(f.name for f in flows)]) if isinstance(first, AutoCdcFlow) else name
+        query = _query_name(flows)
         reader = PlanReader(self, query)
         with reading_with(reader):
             rows = reader.read_stream(first.source) if isinstance(first, AutoCdcFlow) else first.query()
