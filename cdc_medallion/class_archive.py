@@ -41,8 +41,10 @@ def archive_path() -> Path | None:
     real = Path(java).resolve()
     # The JVM maps an archive only for the class path it was made with, folders included: a
     # second checkout (its own .venv) needs an archive of its own.
-    jars = sorted((Path(pyspark.__file__).resolve().parent / "jars").glob("*.jar"))
-    identity = [f"{real}:{real.stat().st_mtime_ns}", *map(str, jars), *(cached_jars() or [])]
+    # The JVM also checks each jar's modification time and size: a .venv made again in the same
+    # place has the same paths but new jars, and an archive named by paths alone went unused.
+    jars = [*sorted((Path(pyspark.__file__).resolve().parent / "jars").glob("*.jar")), *map(Path, cached_jars() or [])]
+    identity = [f"{real}:{real.stat().st_mtime_ns}", *(f"{j}:{j.stat().st_mtime_ns}:{j.stat().st_size}" for j in jars)]
     digest = hashlib.sha256("\n".join(identity).encode()).hexdigest()[:16]
     return cache_root().parent / "class-archives" / f"driver-{digest}.jsa"
 
