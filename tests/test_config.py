@@ -81,7 +81,7 @@ def test_unknown_format_option_is_a_startup_error(tmp_path):
         get_format("debezium-json")("s", {"tabel": "x"})
     assert str(error.value).endswith(
         "source 's', format debezium-json: key 'options.tabel': unknown key "
-        "(known: schema, table, unavailable_value_placeholder)"
+        "(known: native_parse, schema, table, unavailable_value_placeholder)"
     )
 
 

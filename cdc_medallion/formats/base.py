@@ -93,6 +93,10 @@ class Format(abc.ABC):
             from cdc_medallion.formats.stateful import parse_with_state
 
             return parse_with_state(self, bronze)
+        if self.native:
+            from cdc_medallion.formats.native import parse_hybrid
+
+            return parse_hybrid(self, bronze)
         parser = self
 
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -100,6 +104,30 @@ class Format(abc.ABC):
                 yield parser.parse_batch(batch)
 
         return spread_over_cores(bronze).mapInArrow(run, EVENT_SCHEMA)
+
+    @property
+    def native(self) -> bool:
+        """True when this parser parses in the JVM first (`native.py`)."""
+        return False
+
+    def native_events(self, bronze: DataFrame) -> DataFrame:
+        """The format's parse in the JVM (`native.py`), for a format that has one: the bronze
+        rows, each with its events in `_native`, or NULL there for the Python parser to decide."""
+        raise NotImplementedError(f"format {self.name} has no native parse")
+
+    def parse_counted(self, batch: pa.RecordBatch) -> tuple[pa.RecordBatch, list[int]]:
+        """`parse_batch`, with how many events each message gave (in the batch's order)."""
+        with cycle_collection_paused():
+            messages = list(messages_of(batch))
+            groups = [self.events_for(m) for m in messages]
+            counts = [len(group) for group in groups]
+            try:
+                return pa.RecordBatch.from_pylist([e for g in groups for e in g], schema=_event_arrow_schema()), counts
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                pass
+            batches = [self.to_arrow([group], [message]) for group, message in zip(groups, messages, strict=True)]
+            table = pa.Table.from_batches(batches, schema=_event_arrow_schema()).combine_chunks()
+            return table.to_batches()[0] if table.num_rows else batches[0], [b.num_rows for b in batches]
 
     def held_event(self, message: BronzeMessage, reason: str, **fields: Any) -> Event:
         """A message kept back until what completes it arrives; re-fed to the next batch."""

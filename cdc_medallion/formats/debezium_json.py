@@ -23,7 +23,9 @@ from functools import partial
 from typing import Any
 
 from pydantic import Field
+from pyspark.sql import DataFrame
 
+from cdc_medallion.formats import debezium_native
 from cdc_medallion.formats.base import Format, FormatOptions, ParseError, millis_to_ts, register_format
 from cdc_medallion.formats.json_common import (
     count_field,
@@ -149,6 +151,11 @@ class DebeziumJsonOptions(FormatOptions):
         UNAVAILABLE,
         description="the connector's `unavailable.value.placeholder`: a column holding it is left out of the image",
     )
+    native_parse: bool = Field(
+        False,
+        description="parse schema-envelope messages in the JVM (Spark SQL), the rest in Python; experimental: "
+        "the same events, slower today (see bench/HISTORY.md)",
+    )
 
 
 @register_format
@@ -163,6 +170,13 @@ class DebeziumJson(Format):
         # The placeholder as text, and as the JSON converter writes it in a bytes column (base64).
         text = self.settings.unavailable_value_placeholder
         self._placeholders = (str(text), base64.b64encode(str(text).encode()).decode()) if text else None
+
+    @property
+    def native(self) -> bool:
+        return self.settings.native_parse
+
+    def native_events(self, bronze: DataFrame) -> DataFrame:
+        return debezium_native.native_events(self, bronze)
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         enveloped = self._read_envelope(message.value)
