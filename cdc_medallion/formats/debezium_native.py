@@ -326,9 +326,10 @@ def native_events(parser: DebeziumJson, bronze: DataFrame, staged: bool = False)
         f"{_convert('m.payload.before')} as converted_before",
         f"{_convert('m.payload.after')} as converted_after",
     )
+    fielded = converted.selectExpr("*", *(f"{sql} as {name}" for name, sql in _fields(parser).items()))
     if staged:
-        return converted
-    return converted.select(*BRONZE_SCHEMA.names, _events(parser).alias(NATIVE))
+        return fielded
+    return fielded.select(*BRONZE_SCHEMA.names, _events(parser).alias(NATIVE))
 
 
 CHECKS = (
@@ -356,35 +357,60 @@ def failed_checks(parser: DebeziumJson, bronze: DataFrame) -> DataFrame:
     return staged.select(*(_events(parser, name).alias(name) for name in CHECKS))
 
 
-def _events(parser: DebeziumJson, only: str | None = None) -> Column:
+def _fields(parser: DebeziumJson) -> dict[str, str]:
+    """An event's parts, each worked out once per message in a stage of its own: the checks and
+    the event both read them (in one expression, a CASE's branches would each work them out)."""
     settings = parser.settings
     source = "m.payload.source"
     op_cases = " ".join(f"when {_q(code)} then {_q(op)}" for code, op in OPS.items())
-    op = f"case m.payload.op {op_cases} end"
-    table = f"coalesce(source_table_text, {_q(settings.table) if settings.table else 'null'}, topic_table)"
     tx_variant = f"coalesce({source}.txId, m.payload.transaction.id)"
     tx_type = f"schema_of_variant({tx_variant})"
-    tx_id = (
-        f"case when {tx_variant} is null or {tx_type} = 'VOID' then null "
-        f"when {tx_type} = 'STRING' then nullif(variant_get({tx_variant}, '$', 'string'), '') "
-        f"when {tx_type} in ('TINYINT', 'SMALLINT', 'INT', 'BIGINT') and variant_get({tx_variant}, '$', 'bigint') >= 0 "
-        f"then variant_get({tx_variant}, '$', 'string') else '<BAD>' end"
-    )
     order_variant = "m.payload.transaction.data_collection_order"
-    order_type = f"schema_of_variant({order_variant})"
+    source_ts = f"try_cast(nullif({source}.ts_ms, '') as decimal(38,0))"
+    payload_ts = "try_cast(nullif(m.payload.ts_ms, '') as decimal(38,0))"
+    ts_order = f"case when {source_ts} > 0 then {source}.ts_ms else nullif(m.payload.ts_ms, '') end"
+    row = f"coalesce(nullif({source}.row, ''), '0')"
+    schema_name = _q(settings.schema_name) if settings.schema_name else "null"
+    column_names = "transform(columns, c -> variant_get(c.field, '$', 'string'))"
+    return {
+        "e_op": f"case m.payload.op {op_cases} end",
+        "e_table": f"coalesce(source_table_text, {_q(settings.table) if settings.table else 'null'}, topic_table)",
+        "e_db": _text(source + ".db"),
+        "e_schema": _text(source + ".schema"),
+        "e_schema_name": schema_name,
+        "e_file": _text(source + ".file"),
+        "e_tx_id": (
+            f"case when {tx_variant} is null or {tx_type} = 'VOID' then null "
+            f"when {tx_type} = 'STRING' then nullif(variant_get({tx_variant}, '$', 'string'), '') "
+            f"when {tx_type} in ('TINYINT', 'SMALLINT', 'INT', 'BIGINT') "
+            f"and variant_get({tx_variant}, '$', 'bigint') >= 0 "
+            f"then variant_get({tx_variant}, '$', 'string') else '<BAD>' end"
+        ),
+        "e_order_type": f"schema_of_variant({order_variant})",
+        "e_event_millis": f"case when {source_ts} > 0 then {source_ts} when {payload_ts} > 0 then {payload_ts} end",
+        "e_ts_order": ts_order,
+        "e_row": row,
+        "e_key_columns": "case when size(key_map) > 0 then map_keys(key_map) end",
+        "e_column_names": column_names,
+    }
+
+
+def _events(parser: DebeziumJson, only: str | None = None) -> Column:
+    settings = parser.settings
+    source = "m.payload.source"
+    op, table, file_text, tx_id = "e_op", "e_table", "e_file", "e_tx_id"
+    order_variant = "m.payload.transaction.data_collection_order"
+    order_type = "e_order_type"
     tx_seq = (
         f"case when {order_variant} is not null and {order_type} in ('TINYINT', 'SMALLINT', 'INT', 'BIGINT') "
         f"then variant_get({order_variant}, '$', 'bigint') end"
     )
     numbers = [f"{source}.{n}" for n in ("lsn", "pos", "row", "scn", "ts_ms", "event_serial_no")] + ["m.payload.ts_ms"]
     numbers_fine = " and ".join(_whole(n) for n in numbers)
-    source_ts = f"try_cast(nullif({source}.ts_ms, '') as decimal(38,0))"
-    payload_ts = "try_cast(nullif(m.payload.ts_ms, '') as decimal(38,0))"
-    event_millis = f"case when {source_ts} > 0 then {source_ts} when {payload_ts} > 0 then {payload_ts} end"
-    event_ts = f"timestamp_millis(try_cast({event_millis} as bigint))"
-    ts_order = f"case when {source_ts} > 0 then {source}.ts_ms else nullif(m.payload.ts_ms, '') end"
-    file_text = _text(f"{source}.file")
-    row = f"coalesce(nullif({source}.row, ''), '0')"
+    event_millis = "e_event_millis"
+    millis = f"try_cast({event_millis} as bigint)"
+    event_ts = f"case when {event_millis} <= {_LAST_EVENT_MILLIS} then timestamp_millis({millis}) end"
+    ts_order, row = "e_ts_order", "e_row"
     order = (
         f"case when {_present(source + '.lsn')} then concat('lsn:', {_padded(source + '.lsn', 20)}) "
         f"when {file_text} is not null and {_present(source + '.pos')} then concat('binlog:', {file_text}, ':', "
@@ -402,12 +428,10 @@ def _events(parser: DebeziumJson, only: str | None = None) -> Column:
         f"case when {op} = 'UPDATE' and {before} is null then array('before_image_missing') "
         f"when {op} = 'UPDATE' and {after} is not null and {partial} then array('before_image_partial') end"
     )
-    column_names = "transform(columns, c -> variant_get(c.field, '$', 'string'))"
-    types = f"map_from_arrays({column_names}, transform(columns, c -> {_spark_type('c')}))"
+    types = f"map_from_arrays(e_column_names, transform(columns, c -> {_spark_type('c')}))"
     source_types = (
-        f"map_from_arrays({column_names}, transform(columns, c -> coalesce(nullif(c.name, ''), lower(c.type))))"
+        "map_from_arrays(e_column_names, transform(columns, c -> coalesce(nullif(c.name, ''), lower(c.type))))"
     )
-    schema_name = _q(settings.schema_name) if settings.schema_name else "null"
     placeholder_free = "true"
     if settings.unavailable_value_placeholder:
         import base64
@@ -420,13 +444,12 @@ def _events(parser: DebeziumJson, only: str | None = None) -> Column:
             f"or v like '[%')))"
             for image in ("m.payload.before", "m.payload.after")
         )
-    key_columns = "case when size(key_map) > 0 then map_keys(key_map) end"
+    key_columns = "e_key_columns"
     change = F.expr(
         "named_struct("
         "'kind', 'change', "
         f"'source_name', {_q(parser.source_name)}, 'source_format', {_q(parser.name)}, "
-        f"'source_db', {_text(source + '.db')}, "
-        f"'source_schema', coalesce({_text(source + '.schema')}, {schema_name}), "
+        "'source_db', e_db, 'source_schema', coalesce(e_schema, e_schema_name), "
         f"'source_table', {table}, 'op', {op}, 'key_columns', {key_columns}, "
         f"'before', {before}, 'after', {after}, 'changed_columns', {changed}, "
         f"'present_columns', map_keys({after}), 'column_types', {types}, 'source_types', {source_types}, "
@@ -450,8 +473,8 @@ def _events(parser: DebeziumJson, only: str | None = None) -> Column:
         f"and not ({op} = 'DELETE' and {before} is null)",
         "table": f"{table_name} not in ('', '<BAD>') and length({table_name}) <= 255 "
         f"and not {table_name} rlike '[\\\\x00-\\\\x1f\\\\x7f`./]'",
-        "names": f"coalesce({_text(source + '.db')}, '') != '<BAD>' "
-        f"and coalesce({_text(source + '.schema')}, '') != '<BAD>' and coalesce({file_text}, '') != '<BAD>'",
+        "names": "coalesce(e_db, '') != '<BAD>' and coalesce(e_schema, '') != '<BAD>' "
+        f"and coalesce({file_text}, '') != '<BAD>'",
         "transaction": f"coalesce({tx_id}, '') != '<BAD>' and not ({order_variant} is not null "
         f"and {order_type} not in {order_types} and not {order_type} rlike '^DECIMAL\\\\([0-9]+,[1-9]')",
         "numbers": f"{numbers_fine} and {source}.commit_lsn is null and {source}.change_lsn is null",
