@@ -280,7 +280,6 @@ def native_events(parser: DebeziumJson, bronze: DataFrame, staged: bool = False)
         "enveloped",
         # The key as a map of its members' texts, and as an envelope.
         f"coalesce(key_none, case when {key_alone} then {key_object} end) as key_whole",
-        "true as key_strict",
     )
     parsed = parsed.selectExpr(
         "*",
@@ -306,7 +305,7 @@ def native_events(parser: DebeziumJson, bronze: DataFrame, staged: bool = False)
         "and not exists(m.schema.fields, f -> f is null) as shaped",
         f"{columns} as columns",
         # The key: an envelope's payload (schema then payload), else the whole object.
-        "case when key_whole is null or not key_strict then null "
+        "case when key_whole is null then null "
         "when not map_contains_key(key_whole, 'payload') then key_whole "
         "when map_keys(key_whole) = array('schema', 'payload') and key_envelope.payload is not null "
         "and (key_whole['schema'] is null or (key_envelope.schema is not null "
@@ -501,7 +500,7 @@ def _events(parser: DebeziumJson, only: str | None = None) -> Column:
         "key_map is not null and " + _key_values_fine("key_map") + " and (topic_table is null or "
         "(length(topic_table) between 1 and 255 and not topic_table rlike '[\\\\x00-\\\\x1f\\\\x7f`./]'))"
     )
-    if only is not None:  # one check alone: what `explain_fallbacks` counts
+    if only is not None:  # one check alone: what `failed_checks` reports
         return F.expr(checks[only]) if only in checks else F.expr(tombstone_fine)
     return (
         F.when(F.col("_landing_error").isNotNull(), F.lit(None))
