@@ -77,6 +77,11 @@ def fixture_records() -> list[dict[str, Any]]:
     return records
 
 
+def envelope_insert() -> dict[str, Any]:
+    """A real schema-envelope insert from the fixtures, to bend."""
+    return next(r for r in fixture_records() if r["value"].startswith('{"schema":{') and '"op":"c"' in r["value"])
+
+
 def variants(record: dict[str, Any]) -> list[dict[str, Any]]:
     """One real message bent in the ways the native parse must hand to Python (or read alike)."""
     value = record["value"]
@@ -169,10 +174,7 @@ def differences(native: dict[str, list[dict]], python: dict[str, list[dict]]) ->
 
 
 def test_native_and_python_parses_agree_on_the_examples_fixtures_and_bent_messages(spark):
-    records = fixture_records()
-    real = [r for r in records if r["value"].startswith('{"schema":{') and '"op":"c"' in r["value"]]
-    assert real, "no schema-envelope insert among the fixtures"
-    records += variants(real[0])
+    records = fixture_records() + variants(envelope_insert())
     assert differences(events_by_message(spark, records, True), events_by_message(spark, records, False)) == []
 
 
@@ -188,7 +190,7 @@ def test_native_and_python_parses_agree_on_a_generated_history_under_chaos(spark
 
 
 def test_a_message_the_native_parse_does_not_take_names_the_check_it_failed_first(spark):
-    record = next(r for r in fixture_records() if r["value"].startswith('{"schema":{') and '"op":"c"' in r["value"])
+    record = envelope_insert()
     document = json.loads(record["value"])
     payload, source = document["payload"], document["payload"]["source"]
     bent = {

@@ -119,15 +119,7 @@ class Format(abc.ABC):
         """`parse_batch`, with how many events each message gave (in the batch's order)."""
         with cycle_collection_paused():
             messages = list(messages_of(batch))
-            groups = [self.events_for(m) for m in messages]
-            counts = [len(group) for group in groups]
-            try:
-                return pa.RecordBatch.from_pylist([e for g in groups for e in g], schema=_event_arrow_schema()), counts
-            except (pa.ArrowException, TypeError, ValueError, OverflowError):
-                pass
-            batches = [self.to_arrow([group], [message]) for group, message in zip(groups, messages, strict=True)]
-            table = pa.Table.from_batches(batches, schema=_event_arrow_schema()).combine_chunks()
-            return table.to_batches()[0] if table.num_rows else batches[0], [b.num_rows for b in batches]
+            return self.to_arrow_counted([self.events_for(m) for m in messages], messages)
 
     def held_event(self, message: BronzeMessage, reason: str, **fields: Any) -> Event:
         """A message kept back until what completes it arrives; re-fed to the next batch."""
@@ -160,20 +152,31 @@ class Format(abc.ABC):
 
     def to_arrow(self, groups: list[list[Event]], messages: list[BronzeMessage | None]) -> pa.RecordBatch:
         """Events -> Arrow; a message whose events do not fit the schema is quarantined instead."""
+        return self.to_arrow_counted(groups, messages)[0]
+
+    def to_arrow_counted(
+        self, groups: list[list[Event]], messages: list[BronzeMessage | None]
+    ) -> tuple[pa.RecordBatch, list[int]]:
+        """`to_arrow`, with how many rows each group became (its events, or its one error)."""
         schema = _event_arrow_schema()
         try:
-            return pa.RecordBatch.from_pylist([e for group in groups for e in group], schema=schema)
+            return pa.RecordBatch.from_pylist([e for group in groups for e in group], schema=schema), [
+                len(group) for group in groups
+            ]
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             pass
         rows: list[Event] = []
+        counts: list[int] = []
         for group, message in zip(groups, messages, strict=True):
+            before = len(rows)
             try:
                 pa.RecordBatch.from_pylist(group, schema=schema)
                 rows.extend(group)
             except (pa.ArrowException, TypeError, ValueError, OverflowError) as error:
                 if message is not None:
                     rows.append(self.error_event(message, "message", f"parser produced an invalid event: {error}"))
-        return pa.RecordBatch.from_pylist(rows, schema=schema)
+            counts.append(len(rows) - before)
+        return pa.RecordBatch.from_pylist(rows, schema=schema), counts
 
     def events_for(self, message: BronzeMessage) -> list[Event]:
         """Every outcome of one message, completed with lineage; errors become error events."""
