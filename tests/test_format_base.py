@@ -106,3 +106,17 @@ def test_every_format_declares_typed_options(fmt):
             assert getattr(cls("s", {key: choices[-1]}).settings, name) == choices[-1]
             with pytest.raises(ConfigError, match=rf"key 'options\.{key}': must be one of {', '.join(choices)}, got"):
                 cls("s", {key: "nope"})
+
+
+def test_arrow_counts_follow_each_message_when_an_event_does_not_fit():
+    """The native parse's Python half places each message's events by these counts: a message whose
+    event does not fit the schema becomes its one error row, and the counts say so."""
+    parser = get_format("debezium-json")("t")
+    fits = [{"kind": "change", "sequence": "1"}, {"kind": "change", "sequence": "2"}]
+    too_big = [{"kind": "change", "sequence": "3"}, {"kind": "change", "tx_seq": 2**70}]  # two events, one row
+    messages = [message("{}", line=1), message("{}", line=2), message("{}", line=3)]
+    batch, counts = parser.to_arrow_counted([fits, too_big, []], messages)
+    rows = batch.to_pylist()
+    assert counts == [2, 1, 0]
+    assert [r["kind"] for r in rows] == ["change", "change", KIND_ERROR]
+    assert "invalid event" in rows[2]["error"] and rows[2]["bronze_ref"] == "test.jsonl:2"
