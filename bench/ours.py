@@ -33,16 +33,24 @@ class PipelineRun:
     stages: dict[str, float] = field(default_factory=dict)  # bronze / silver / gold wall clock
     rows: dict[str, int] = field(default_factory=dict)  # rows written per stage
     memory: dict[str, float] = field(default_factory=dict)
+    compiled: int = 0  # classes Spark generated and compiled during the run
+
+
+def compilations(spark: SparkSession) -> int:
+    """How many classes Spark's code generation has compiled in this JVM so far."""
+    return int(spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount())
 
 
 def run(spark: SparkSession, conf: PipelineConf, sampler: RssSampler, say=lambda _line: None) -> PipelineRun:
     """The pipeline over `conf`, its queries one at a time (`MAX_CONCURRENT_FLOWS`)."""
     conf = replace(conf, max_concurrent_flows=MAX_CONCURRENT_FLOWS)
     sampler.reset()
+    compiled = compilations(spark)
     started = time.monotonic()
     summary: RunSummary = run_pipeline(conf, spark, progress=say, quality=False)
     seconds = time.monotonic() - started
     result = PipelineRun(seconds, {"bronze": 0.0, "silver": 0.0, "gold": 0.0}, {"bronze": 0, "silver": 0, "gold": 0})
+    result.compiled = compilations(spark) - compiled
     for update in summary.updates:
         for flow in update.flows.values():
             stage = layer_of(flow.target)

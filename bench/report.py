@@ -345,13 +345,17 @@ def markdown(results: dict[str, Any], chart_name: str | None) -> str:
                 "",
             ]
         lines += [
-            f"| tables | load s | gold s | update of {held or 'a few'} messages s | nothing new s |",
-            "|---:|---:|---:|---:|---:|",
+            f"| tables | load s | gold s | update of {held or 'a few'} messages s | nothing new s "
+            "| classes compiled (load) |",
+            "|---:|---:|---:|---:|---:|---:|",
         ]
         for r in t.values():
             if isinstance(r, dict):
                 small, idle = r.get("small_update_s", "—"), r.get("nothing_new_s", "—")
-                lines.append(f"| {r['tables']} | {r['seconds']} | {r['stages_s']['gold']} | {small} | {idle} |")
+                compiled = r.get("classes_compiled", {}).get("load", "—")
+                lines.append(
+                    f"| {r['tables']} | {r['seconds']} | {r['stages_s']['gold']} | {small} | {idle} | {compiled} |"
+                )
         lines += ["", f"Cost ratio (many / one): {t['many_vs_one_cost_ratio']}."]
         if "small_update_many_vs_one" in t:
             lines += [f"The small update's cost ratio (many / one): {t['small_update_many_vs_one']}."]

@@ -312,9 +312,10 @@ def many_tables(spark, sampler, args) -> dict[str, Any]:
         results[str(tables)]["stages_s"] = {k: round(v, 2) for k, v in run.stages.items()}
         results[str(tables)]["small_update_s"] = round(small.seconds, 2)
         results[str(tables)]["nothing_new_s"] = round(idle.seconds, 2)
+        results[str(tables)]["classes_compiled"] = {"load": run.compiled, "small_update": small.compiled}
         say(
-            f"  {run.seconds:.1f}s (gold {run.stages['gold']:.1f}s); update of {SMALL_UPDATE} messages "
-            f"{small.seconds:.1f}s; nothing new {idle.seconds:.1f}s"
+            f"  {run.seconds:.1f}s (gold {run.stages['gold']:.1f}s, {run.compiled:,} classes compiled); update of "
+            f"{SMALL_UPDATE} messages {small.seconds:.1f}s; nothing new {idle.seconds:.1f}s"
         )
     many, one = results[str(args.tables)], results["1"]
     results["many_vs_one_cost_ratio"] = round(many["seconds"] / one["seconds"], 3)

@@ -19,6 +19,7 @@ from cdc_medallion.jars import cached_jars, packages
 
 LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 DEFAULT_MASTER = "local[2]"
+GENERATED_CLASSES_KEPT = 5000
 
 
 def spark_master() -> str:
@@ -46,6 +47,10 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
       2026-11-27 night). Both rely on one writer process per storage, which `StorageLock`
       holds, and on rename being atomic, which it is on a local disk.
     - RocksDB holds the state of the stateful format parsers (held messages), off the heap.
+    - Room for 5,000 generated classes (Spark's default keeps 100): each table's plans compile
+      their own projections, and with more tables than the cache holds every micro-batch compiled
+      them again. A load of 40 tables compiled 3,085 classes with the default and 273 with this
+      (bench/HISTORY.md, 2026-11-28 afternoon).
     - The driver maps the class archive `make setup` trained (`class_archive.py`), when there is one.
     - CDC_MEDALLION_SPARK_CONF adds settings ("spark.a=1 spark.b=2"), CDC_MEDALLION_JAVA_OPTIONS
       options of the driver's and the executors' JVMs (e.g. "-XX:TieredStopAtLevel=1", quick JIT
@@ -76,6 +81,7 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
         .config("spark.sql.shuffle.partitions", os.environ.get("CDC_MEDALLION_SHUFFLE_PARTITIONS", "4"))
         .config("spark.databricks.delta.snapshotPartitions", "1")
         .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.sql.codegen.cache.maxEntries", str(GENERATED_CLASSES_KEPT))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", os.environ.get("CDC_MEDALLION_DRIVER_MEMORY", "1536m"))
