@@ -49,8 +49,7 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
     - RocksDB holds the state of the stateful format parsers (held messages), off the heap.
     - Room for 5,000 generated classes (Spark's default keeps 100): each table's plans compile
       their own projections, and with more tables than the cache holds every micro-batch compiled
-      them again. A load of 40 tables compiled 3,085 classes with the default and 273 with this
-      (bench/HISTORY.md, 2026-11-28 afternoon).
+      them again (bench/HISTORY.md, 2026-11-28 afternoon).
     - The driver maps the class archive `make setup` trained (`class_archive.py`), when there is one.
     - CDC_MEDALLION_SPARK_CONF adds settings ("spark.a=1 spark.b=2"), CDC_MEDALLION_JAVA_OPTIONS
       options of the driver's and the executors' JVMs (e.g. "-XX:TieredStopAtLevel=1", quick JIT
