@@ -48,19 +48,19 @@ def test_generated_code_of_more_plans_than_sparks_default_cache_is_compiled_once
     """Each table's plans compile classes of their own; a pipeline of more tables than Spark's
     default cache of 100 held compiled them again in every batch (bench/HISTORY.md, 2026-11-28
     afternoon). The session keeps `GENERATED_CLASSES_KEPT`."""
+    from bench.ours import compilations
     from cdc_medallion.spark import GENERATED_CLASSES_KEPT
 
     plans = 120  # more than Spark's default of 100, fewer than ours
     assert plans < GENERATED_CLASSES_KEPT
-    compiled = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
     session = spark.newSession()  # the suite runs interpreted; these plans must compile
     session.conf.set("spark.sql.codegen.wholeStage", "true")
     session.conf.set("spark.sql.codegen.factoryMode", "CODEGEN_ONLY")
-    queries = [session.range(1).selectExpr(f"id * {n + 7919} AS v") for n in range(plans)]  # one class each
-    before = compiled.getCount()
+    queries = [session.range(1).selectExpr(f"id * {n + 7919} AS v") for n in range(plans)]  # classes of its own each
+    before = compilations(spark)
     first = [q.collect()[0].v for q in queries]
-    after_first = compiled.getCount()
+    after_first = compilations(spark)
     again = [q.collect()[0].v for q in queries]
     assert first == again == [0] * plans
     assert after_first - before >= plans  # each plan did compile, the first time
-    assert compiled.getCount() == after_first  # and none again
+    assert compilations(spark) == after_first  # and none again

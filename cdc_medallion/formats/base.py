@@ -160,9 +160,8 @@ class Format(abc.ABC):
         """`to_arrow`, with how many rows each group became (its events, or its one error)."""
         schema = _event_arrow_schema()
         try:
-            return pa.RecordBatch.from_pylist([e for group in groups for e in group], schema=schema), [
-                len(group) for group in groups
-            ]
+            batch = pa.RecordBatch.from_pylist([e for group in groups for e in group], schema=schema)
+            return batch, [len(group) for group in groups]
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             pass
         rows: list[Event] = []
