@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 
 from pyspark.sql import SparkSession
@@ -19,11 +20,32 @@ from cdc_medallion.jars import cached_jars, packages
 
 LOG4J = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
 DEFAULT_MASTER = "local[2]"
+DEFAULT_DRIVER_MEMORY = "1536m"
 GENERATED_CLASSES_KEPT = 5000
+YOUNG_GENERATION_SHARE = 3  # the young generation is a third of the driver's heap
+MEMORY_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
 
 
 def spark_master() -> str:
     return os.environ.get("CDC_MEDALLION_SPARK_MASTER", DEFAULT_MASTER)
+
+
+def driver_memory() -> str:
+    return os.environ.get("CDC_MEDALLION_DRIVER_MEMORY", DEFAULT_DRIVER_MEMORY)
+
+
+def memory_bytes(memory: str) -> int:
+    """Bytes of a JVM memory setting as Spark reads `spark.driver.memory` ("1536m", "2g";
+    a bare number is MiB)."""
+    match = re.fullmatch(r"(\d+)\s*([kmgtp])?b?", memory.strip().lower())
+    if match is None:
+        raise ConfigError(f"CDC_MEDALLION_DRIVER_MEMORY: {memory!r} is not a size such as 1536m or 2g")
+    return int(match.group(1)) * MEMORY_UNITS[match.group(2) or "m"]
+
+
+def young_generation_option(memory: str) -> str:
+    """The serial collector's young generation, sized to the heap (see `get_spark`)."""
+    return f"-Xmn{memory_bytes(memory) // YOUNG_GENERATION_SHARE // 2**20}m"
 
 
 def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
@@ -38,7 +60,14 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
       (to find the writing query's last batch), a Spark job of its own; with Delta's default of
       50 partitions and adaptive execution's extra stages, that job was most of a small write.
     - The driver's heap is bounded (batches are bounded in rows and bytes); the serial collector
-      and two malloc arenas keep the JVM's resident memory near its heap.
+      and two malloc arenas keep the JVM's resident memory near its heap. Its young generation is
+      a third of the heap from the start: by default it is a third of the heap in use, which
+      starts at a sixty-fourth of the RAM and grows only as old objects fill it, and the collector
+      then stopped the driver about 320 times in a ten-format update, 8% of its time
+      (bench/HISTORY.md, 2026-11-28 evening).
+    - Delta does not enumerate a table's files in each commit's checksum (`allFilesInCrc`): open
+      source Delta never reads that list back, and a table's first commit built it by planning
+      and running a query over the empty table, about a fifth of a create's time.
     - DataFrame debugging off: with it each Python Column records its call site in the JVM,
       several round trips per expression.
     - Local tables commit through Delta's `LocalLogStore` and streaming checkpoints through the
@@ -66,6 +95,7 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("MALLOC_ARENA_MAX", "2")  # read by the JVM's C library when it starts
     jvm = os.environ.get("CDC_MEDALLION_JAVA_OPTIONS", "")
+    memory = driver_memory()
     builder = (
         SparkSession.builder.appName(app_name)
         .master(spark_master())
@@ -75,15 +105,17 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config(
             "spark.driver.extraJavaOptions",
-            f"-Dlog4j.configurationFile=file:{LOG4J} -XX:+UseSerialGC {driver_class_archive()} {jvm}",
+            f"-Dlog4j.configurationFile=file:{LOG4J} -XX:+UseSerialGC {young_generation_option(memory)}"
+            f" {driver_class_archive()} {jvm}",
         )
         .config("spark.sql.shuffle.partitions", os.environ.get("CDC_MEDALLION_SHUFFLE_PARTITIONS", "4"))
         .config("spark.databricks.delta.snapshotPartitions", "1")
+        .config("spark.databricks.delta.allFilesInCrc.enabled", "false")
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.codegen.cache.maxEntries", str(GENERATED_CLASSES_KEPT))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", os.environ.get("CDC_MEDALLION_DRIVER_MEMORY", "1536m"))
+        .config("spark.driver.memory", memory)
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         .config(
             "spark.sql.streaming.stateStore.providerClass",

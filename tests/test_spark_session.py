@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
+
+from cdc_medallion.errors import ConfigError
+from cdc_medallion.spark import driver_memory, memory_bytes, young_generation_option
 
 
 def test_the_local_jvm_runs_the_serial_collector_in_its_heap_with_two_arenas(spark):
@@ -64,3 +68,34 @@ def test_generated_code_of_more_plans_than_sparks_default_cache_is_compiled_once
     assert first == again == [0] * plans
     assert after_first - before >= plans  # each plan did compile, the first time
     assert compilations(spark) == after_first  # and none again
+
+
+def test_the_young_generation_is_a_third_of_the_heap_from_the_start(spark):
+    """With the JVM's default the young generation follows the heap in use, which starts small:
+    the serial collector then stopped the driver hundreds of times an update (bench/HISTORY.md,
+    2026-11-28 evening)."""
+    pools = spark._jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+    committed = {pool.getName(): pool.getUsage().getCommitted() for pool in pools}
+    young = committed["Eden Space"] + 2 * committed["Survivor Space"]
+    wanted = memory_bytes(driver_memory()) // 3
+    assert abs(young - wanted) <= 2**20, (young, wanted)
+
+
+def test_driver_memory_is_read_as_spark_reads_it():
+    assert memory_bytes("1536m") == memory_bytes("1536") == memory_bytes("1536M") == 1536 * 2**20
+    assert memory_bytes("2g") == memory_bytes("2gb") == 2 * 2**30
+    assert young_generation_option("1536m") == "-Xmn512m"
+    with pytest.raises(ConfigError, match=r"1\.5g"):
+        memory_bytes("1.5g")
+
+
+def test_a_commit_does_not_list_the_tables_files_in_its_checksum(spark, tmp_path):
+    """Open source Delta never reads that list back, and building it for a table's first commit
+    planned and ran a query over the empty table: about a fifth of a create."""
+    path = tmp_path / "table"
+    spark.range(3).writeTo(f"delta.`{path}`").using("delta").create()
+    spark.range(3, 5).write.format("delta").mode("append").save(str(path))
+    for version in (0, 1):
+        checksum = json.loads((path / "_delta_log" / f"{version:020d}.crc").read_text(encoding="utf-8"))
+        assert checksum["numFiles"] >= 1  # the checksum is written, with its counts
+        assert "allFiles" not in checksum, sorted(checksum)
