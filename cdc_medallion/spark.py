@@ -23,7 +23,7 @@ DEFAULT_MASTER = "local[2]"
 DEFAULT_DRIVER_MEMORY = "1536m"
 GENERATED_CLASSES_KEPT = 5000
 YOUNG_GENERATION_SHARE = 3  # the young generation is a third of the driver's heap
-MEMORY_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
+MEMORY_UNITS = {"b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
 
 
 def spark_master() -> str:
@@ -37,10 +37,10 @@ def driver_memory() -> str:
 def memory_bytes(memory: str) -> int:
     """Bytes of a JVM memory setting as Spark reads `spark.driver.memory` ("1536m", "2g";
     a bare number is MiB)."""
-    match = re.fullmatch(r"(\d+)\s*([kmgtp])?b?", memory.strip().lower())
+    match = re.fullmatch(r"(\d+)(?:([kmgtp])b?|(b))?", memory.strip().lower())
     if match is None:
         raise ConfigError(f"CDC_MEDALLION_DRIVER_MEMORY: {memory!r} is not a size such as 1536m or 2g")
-    return int(match.group(1)) * MEMORY_UNITS[match.group(2) or "m"]
+    return int(match.group(1)) * MEMORY_UNITS[match.group(2) or match.group(3) or "m"]
 
 
 def young_generation_option(memory: str) -> str:

@@ -17,9 +17,8 @@ def test_the_local_jvm_runs_the_serial_collector_in_its_heap_with_two_arenas(spa
     # G1's own threads and regions cost resident memory on two cores and buy no speed (bench/HISTORY.md).
     assert collectors == {"Copy", "MarkSweepCompact"}, collectors
 
-    wanted = os.environ.get("CDC_MEDALLION_DRIVER_MEMORY", "1536m")
-    units = {"k": 2**10, "m": 2**20, "g": 2**30}
-    wanted_bytes = int(wanted[:-1]) * units[wanted[-1].lower()] if wanted[-1].isalpha() else int(wanted)
+    wanted = driver_memory()
+    wanted_bytes = memory_bytes(wanted)
     heap = jvm.java.lang.Runtime.getRuntime().maxMemory()
     # maxMemory leaves out one survivor space, a few percent of the heap.
     assert 0.85 * wanted_bytes <= heap <= wanted_bytes, (heap, wanted)
@@ -84,6 +83,7 @@ def test_the_young_generation_is_a_third_of_the_heap_from_the_start(spark):
 def test_driver_memory_is_read_as_spark_reads_it():
     assert memory_bytes("1536m") == memory_bytes("1536") == memory_bytes("1536M") == 1536 * 2**20
     assert memory_bytes("2g") == memory_bytes("2gb") == 2 * 2**30
+    assert memory_bytes("1048576b") == 2**20
     assert young_generation_option("1536m") == "-Xmn512m"
     with pytest.raises(ConfigError, match=r"1\.5g"):
         memory_bytes("1.5g")
