@@ -263,6 +263,24 @@ def test_column_mask_absent_means_not_replicated_not_null():
     assert kept["flags"] == ["column_mask_misses_value"]
 
 
+def test_images_list_their_columns_in_the_tables_order_whatever_the_json_order():
+    """Silver shows a row as the table has it: by ordinal, a column the metadata lacks last."""
+    backwards = dict(reversed(list(ROW.items())))
+    extra = {"note": "x", **backwards}
+    events = changes(
+        run(
+            fixture(METADATA),
+            data_message("INSERT", backwards, change_mask="0F"),
+            data_message("INSERT", backwards, change_mask="0F", sequence="20180413201358280000000000000000020"),
+            data_message("UPDATE", extra, backwards, sequence="20180413201358280000000000000000021"),
+        )
+    )
+    in_order = ["emp_no", "salary", "from_date", "to_date"]
+    assert [list(e["after"]) for e in events] == [in_order, in_order, [*in_order, "note"]]
+    assert list(events[2]["before"]) == in_order
+    assert events[2]["flags"] == ["column_not_in_metadata"]
+
+
 def test_external_schema_id_changes_are_schema_changes():
     first = data_message("INSERT", ROW, change_mask="0F", column_mask="0F", externalSchemaId="7")
     same = data_message("UPDATE", {**ROW, "salary": 2}, ROW, "02", "0F", "20180413201358280000000000000000020")

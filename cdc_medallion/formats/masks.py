@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass
+from functools import lru_cache
 
 _HEX = frozenset(string.hexdigits)
 
@@ -39,6 +40,11 @@ def decode_mask(text: str) -> Mask:
     """Decode a hex mask; raise MaskError when it is not hexadecimal."""
     if not isinstance(text, str):
         raise MaskError(f"expected a string of hex digits, got {type(text).__name__}")
+    return _decode_text(text)
+
+
+@lru_cache(maxsize=4096)  # a table's messages repeat a handful of masks
+def _decode_text(text: str) -> Mask:
     bad = sorted({c for c in text if c not in _HEX})
     if bad:
         raise MaskError(f"{text!r} is not hexadecimal (bad characters {''.join(bad)!r})")

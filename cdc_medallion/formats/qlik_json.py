@@ -24,6 +24,8 @@ import datetime as dt
 import decimal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -82,6 +84,7 @@ QLIK_TYPES = {
 }
 LOB_TYPES = frozenset({"BLOB", "CLOB", "NCLOB"})  # not in changeMask (Qlik's note)
 BINARY_TYPES = frozenset({"BYTES", "BLOB"})  # JSON carries them as hex digits
+MAX_ORDERS_KEPT = 1024  # image spellings remembered per table version (hostile input varies them)
 
 
 # --- metadata ---------------------------------------------------------------------------------
@@ -122,17 +125,51 @@ class TableMeta:
     columns: tuple[QlikColumn, ...]  # by ordinal
     raw: Mapping[str, Any] = field(compare=False, repr=False, default_factory=dict)
 
-    @property
-    def by_name(self) -> dict[str, QlikColumn]:
-        return {c.name: c for c in self.columns}
+    # Worked out once per metadata version, not once per data message that names it (the
+    # Qlik parse runs in one Python worker: it is the slowest of the formats when it repeats them).
+    @cached_property
+    def by_name(self) -> Mapping[str, QlikColumn]:
+        return MappingProxyType({c.name: c for c in self.columns})
 
-    @property
-    def ordinals(self) -> dict[int, str]:
-        return {c.ordinal: c.name for c in self.columns}
+    @cached_property
+    def ordinals(self) -> Mapping[int, str]:
+        return MappingProxyType({c.ordinal: c.name for c in self.columns})
 
-    @property
-    def key(self) -> list[str]:
-        return [c.name for c in sorted(self.columns, key=lambda c: c.key_position) if c.key_position > 0]
+    @cached_property
+    def places(self) -> Mapping[str, int]:
+        """Each column's ordinal by its name: where it sorts in an image."""
+        return MappingProxyType({c.name: c.ordinal for c in self.columns})
+
+    @cached_property
+    def _orders(self) -> dict[tuple[str, ...], tuple[str, ...]]:
+        return {}
+
+    def in_order(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """An image's column names by ordinal; names the table lacks last, as given. Most
+        images of a table name the same columns, so each spelling is sorted once."""
+        ordered = self._orders.get(names)
+        if ordered is None:
+            places = self.places
+            ordered = tuple(sorted(names, key=lambda name: places.get(name, 1 << 30)))
+            if len(self._orders) < MAX_ORDERS_KEPT:
+                self._orders[names] = ordered
+        return ordered
+
+    @cached_property
+    def key(self) -> tuple[str, ...]:
+        return tuple(c.name for c in sorted(self.columns, key=lambda c: c.key_position) if c.key_position > 0)
+
+    @cached_property
+    def lobs(self) -> frozenset[str]:
+        return frozenset(c.name for c in self.columns if c.is_lob)
+
+    @cached_property
+    def spark_types(self) -> Mapping[str, str]:
+        return MappingProxyType({c.name: c.spark_type for c in self.columns})
+
+    @cached_property
+    def source_types(self) -> Mapping[str, str]:
+        return MappingProxyType({c.name: c.source_type for c in self.columns})
 
 
 def _int_field(raw: Mapping[str, Any], name: str, where: str, default: int | None = 0) -> int:
@@ -344,9 +381,9 @@ class QlikJson(Format):
                 "op": "METADATA",
                 "source_schema": meta.schema,
                 "source_table": meta.table,
-                "key_columns": meta.key or None,
-                "column_types": {c.name: c.spark_type for c in meta.columns},
-                "source_types": {c.name: c.source_type for c in meta.columns},
+                "key_columns": list(meta.key) or None,
+                "column_types": dict(meta.spark_types),
+                "source_types": dict(meta.source_types),
                 "present_columns": [c.name for c in meta.columns],
                 "sequence": message.position,
                 "event_ts": _timestamp(lineage.get("timestamp"), "message.lineage.timestamp"),
@@ -444,12 +481,14 @@ class QlikJson(Format):
         count = max(ordinals, default=0)
         change_mask = _mask(headers, "changeMask", count, flags, problems)
         column_mask = _mask(headers, "columnMask", count, flags, problems)
-        present = None if column_mask is None else {ordinals[o] for o in column_mask.ordinals if o in ordinals}
+        # A mask's ordinals ascend, so its columns come in the table's order.
+        present_names = None if column_mask is None else [ordinals[o] for o in column_mask.ordinals if o in ordinals]
+        present = None if present_names is None else set(present_names)
         after = self._image(data, meta, present, flags, problems, "data")
         before = self._image(before_data, meta, present, flags, problems, "beforeData")
         changed = None if change_mask is None else [ordinals[o] for o in change_mask.ordinals if o in ordinals]
-        key = meta.key if meta is not None else []
-        lobs = {c.name for c in meta.columns if c.is_lob} if meta is not None else set()
+        key = list(meta.key) if meta is not None else []
+        lobs = meta.lobs if meta is not None else frozenset()
         if change_mask is not None and changed is not None:
             masked = set(changed)
             if op in (OP_INSERT, OP_SNAPSHOT) and meta is not None:
@@ -486,7 +525,7 @@ class QlikJson(Format):
             "before": before,
             "after": after,
             "changed_columns": changed,
-            "present_columns": sorted(present, key=_order_of(ordinals)) if present is not None else None,
+            "present_columns": present_names,
             "column_types": types or None,
             "source_types": source_types or None,
             "sequence": _sequence(headers, op, message),
@@ -511,7 +550,7 @@ class QlikJson(Format):
         if row is None:
             return None
         columns = meta.by_name if meta is not None else {}
-        ordered = sorted(row, key=lambda n: columns[n].ordinal if n in columns else 1 << 30)
+        ordered = meta.in_order(tuple(row)) if meta is not None else row
         image: dict[str, str | None] = {}
         for name in ordered:
             value = row[name]
@@ -523,7 +562,7 @@ class QlikJson(Format):
                 flags["column_mask_misses_value"] = None
                 problems.append(f"columnMask lacks {name}, which has a value in {where}")
             column = columns.get(name)
-            image[name] = _value(value, column, f"{where}.{name}")
+            image[name] = _value(value, column, where, name)
         return image
 
 
@@ -574,15 +613,17 @@ def _mask(
     return mask
 
 
-def _value(value: Any, column: QlikColumn | None, where: str) -> str | None:
+def _value(value: Any, column: QlikColumn | None, image: str, name: str) -> str | None:
+    """A value's text; binary columns' hex digits as base64. `image` and `name` say where."""
     if value is None or column is None or column.type not in BINARY_TYPES:
         return text_of(value)
     if not isinstance(value, str):
-        raise ParseError(where, f"{column.type} value must be hexadecimal text, got {type(value).__name__}")
+        reason = f"{column.type} value must be hexadecimal text, got {type(value).__name__}"
+        raise ParseError(f"{image}.{name}", reason)
     try:
         return base64.b64encode(bytes.fromhex(value)).decode("ascii")
     except ValueError:
-        raise ParseError(where, f"{column.type} value {value[:40]!r} is not hexadecimal") from None
+        raise ParseError(f"{image}.{name}", f"{column.type} value {value[:40]!r} is not hexadecimal") from None
 
 
 def _types(
@@ -592,9 +633,8 @@ def _types(
     types: dict[str, str] = {}
     source_types: dict[str, str] = {}
     if meta is not None:
-        for column in meta.columns:
-            types[column.name] = column.spark_type
-            source_types[column.name] = column.source_type
+        types.update(meta.spark_types)
+        source_types.update(meta.source_types)
     for row in (before_data, data):
         for name, value in (row or {}).items():
             if name in types:
@@ -653,8 +693,3 @@ def _names_from_topic(topic: str | None) -> tuple[str | None, str | None]:
 
 def _table_key(schema: str | None, table: str) -> tuple[str, str]:
     return (schema or "").lower(), table.lower()
-
-
-def _order_of(ordinals: Mapping[int, str]) -> Callable[[str], int]:
-    place = {name: ordinal for ordinal, name in ordinals.items()}
-    return lambda name: place.get(name, 1 << 30)

@@ -93,6 +93,7 @@ class _Step:
         was_held = set(_refs(held))
         rows = pa.concat_tables([held, new]).sort_by(_LANDING_ORDER) if held.num_rows else new.sort_by(_LANDING_ORDER)
         messages = [m for batch in rows.to_batches() for m in messages_of(batch)]
+        landed_refs = [m.ref for m in messages]
         events = pa.Table.from_batches([self.parser.parse_all(messages, context)], schema=_event_arrow_schema())
         kinds = events.column("kind")
         is_held = pc.fill_null(pc.equal(kinds, KIND_HELD), False)
@@ -100,7 +101,7 @@ class _Step:
         for refs in events.filter(pc.invert(is_held)).column("related_refs").to_pylist():
             consumed.update(refs or ())
         waiting = {ref for ref in events.filter(is_held).column("bronze_ref").to_pylist() if ref not in consumed}
-        still = rows.filter(pa.array([ref in waiting for ref in _refs(rows)], pa.bool_()))
+        still = rows.filter(pa.array([ref in waiting for ref in landed_refs], pa.bool_()))
         # A message already held is reported once: its repeated `held` event is not emitted again.
         repeated = pa.array(
             [
@@ -142,8 +143,10 @@ def _bronze(frames: Iterator[pd.DataFrame]) -> pa.Table:
             values = frame[field.name]
             if pa.types.is_timestamp(field.type):
                 columns.append(pa.array(pd.to_datetime(values).dt.tz_localize("UTC"), field.type))
-            else:
+            elif pa.types.is_list(field.type):
                 columns.append(pa.array([_plain(v) for v in values], field.type))
+            else:  # flat values: Arrow reads the pandas column itself (NaN as null)
+                columns.append(pa.array(values, field.type, from_pandas=True))
         tables.append(pa.Table.from_arrays(columns, schema=schema))
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
