@@ -114,4 +114,7 @@ def render(history: History, out: Path) -> RenderedSource:
     count = writer.dump.write(path)
     keys = {t.name: t.keys for t in history.tables if t.keys}
     columns = {t.name: {c.name: c.sql_type for c in history.columns_at_end(t.name)} for t in history.tables}
-    return RenderedSource("ibm-qrep-delimited", path, "kafka-dump", {}, keys, columns, count)
+    # The records carry no column names: the format reads them from its `tables` option, in
+    # column-ID order (the conf's `tables[].columns` type gold; they do not name fields).
+    options = {"tables": {table: dict(typed) for table, typed in columns.items()}}
+    return RenderedSource("ibm-qrep-delimited", path, "kafka-dump", options, keys, columns, count)
