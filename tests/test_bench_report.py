@@ -1,9 +1,14 @@
 """The bench report's verdicts (the driver-memory target is set for 10M events), what it shows
-per part, and the old-against-new comparison (bench/compare.py)."""
+per part, the old-against-new comparison (bench/compare.py), and which cached inputs it reuses."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from bench.report import _verdict, headline_peak, markdown
+from bench.workloads import WORKLOAD_VERSIONS, _cached, _record
+from cdc_medallion.generator.renderers import RenderedSource
 
 
 def results(peak: float, parts: list[str], events: int) -> dict:
@@ -226,3 +231,19 @@ def test_compare_sets_old_and_new_side_by_side_and_flags_regressions():
     assert "- old: `formats`, carried from earlier" in text and "1 regression(s) over 25 %" in text
     included = {(r.part, r.stage): r for r in rows(old, new, include_carried=True)}
     assert included["formats", "end to end"].ratio == 9.0
+
+
+def test_a_cached_input_is_reused_only_at_its_formats_current_version(tmp_path: Path):
+    """A renderer whose output changed (IBM's options) makes its inputs again; the others keep
+    theirs, recorded before versions existed, as version 1."""
+    for fmt in ("ibm-qrep-delimited", "debezium-json"):
+        folder = tmp_path / fmt
+        folder.mkdir()
+        _record(folder, RenderedSource(fmt, folder / "in.jsonl", "kafka-dump", messages=3), 5)
+        assert _cached(folder)["messages"] == 3
+        info = json.loads((folder / "workload.json").read_text())
+        del info["version"]  # as written before this field existed
+        (folder / "workload.json").write_text(json.dumps(info))
+    assert WORKLOAD_VERSIONS["ibm-qrep-delimited"] > 1
+    assert _cached(tmp_path / "ibm-qrep-delimited") is None
+    assert _cached(tmp_path / "debezium-json")["messages"] == 3

@@ -136,11 +136,6 @@ class TableMeta:
         return MappingProxyType({c.ordinal: c.name for c in self.columns})
 
     @cached_property
-    def places(self) -> Mapping[str, int]:
-        """Each column's ordinal by its name: where it sorts in an image."""
-        return MappingProxyType({c.name: c.ordinal for c in self.columns})
-
-    @cached_property
     def _orders(self) -> dict[tuple[str, ...], tuple[str, ...]]:
         return {}
 
@@ -149,8 +144,8 @@ class TableMeta:
         images of a table name the same columns, so each spelling is sorted once."""
         ordered = self._orders.get(names)
         if ordered is None:
-            places = self.places
-            ordered = tuple(sorted(names, key=lambda name: places.get(name, 1 << 30)))
+            columns = self.by_name
+            ordered = tuple(sorted(names, key=lambda name: columns[name].ordinal if name in columns else 1 << 30))
             if len(self._orders) < MAX_ORDERS_KEPT:
                 self._orders[names] = ordered
         return ordered
