@@ -4,7 +4,7 @@ last committed batch ended, so a backlog of big messages never lands in one huge
 from __future__ import annotations
 
 from cdc_medallion.config import InputConf, SourceConf
-from cdc_medallion.sources.files import FileLanding
+from cdc_medallion.sources.files import FileLanding, FileRange
 
 
 def land_all(source: SourceConf, max_messages: int, max_bytes: int) -> list[list[bytes]]:
@@ -97,3 +97,30 @@ def test_a_missing_input_is_reported_not_silently_empty(spark, tmp_path):
     run_pipeline(conf, spark=spark, progress=lines.append)
 
     assert any(f"input {feed} does not exist (yet): nothing to land" in line for line in lines), lines
+
+
+def test_a_big_file_range_is_read_in_pieces_that_hold_each_line_once(tmp_path):
+    """One file's range of a batch is cut at newlines into a piece per core, so bronze lands a
+    big file on every core; the pieces' lines, numbered on, are the whole range's."""
+    from cdc_medallion.sources.files import MIN_PIECE_BYTES
+
+    lines = [b'{"n": %d, "pad": "%s"}' % (i, b"z" * (i * 7919 % 3000)) for i in range(9000)]
+    lines[4321] += b"\r"  # a carriage return is part of its message
+    feed = tmp_path / "feed.jsonl"
+    feed.write_bytes(b"\n".join(lines))  # the last line has no newline
+    assert feed.stat().st_size > 3 * MIN_PIECE_BYTES
+    source = SourceConf(name="s", format="debezium-json", input=InputConf(path=feed, layout="json-lines"))
+    landing = FileLanding(source, max_messages=100_000, max_bytes=1 << 30, pieces=3)
+    start = {"files": {str(feed): [len(lines[0]) + 1, 1]}}  # resumed after a batch that landed line 0
+
+    end = landing.plan(start)
+    pieces = landing.ranges(start, end)
+
+    assert len(pieces) == 3
+    assert [p.start for p in pieces[1:]] == [p.end for p in pieces[:-1]]  # contiguous
+    read = [landing.read(piece) for piece in pieces]
+    assert [v for table in read for v in table.column("value").to_pylist()] == lines[1:]
+    assert [n for table in read for n in table.column("_line").to_pylist()] == list(range(1, len(lines)))
+    assert FileLanding(source, 100_000, 1 << 30, pieces=1).ranges(start, end) == [
+        FileRange(str(feed), start["files"][str(feed)][0], end["files"][str(feed)][0], 1)
+    ]

@@ -34,6 +34,23 @@ def test_appends_commit_once_per_batch_and_schemas_are_checked(spark, storage):
         store.check_schema("t", other)
 
 
+def test_a_writes_row_count_is_its_commits_also_when_a_replay_skips_it(spark, storage):
+    """Bronze's count comes from its commit, not a count of the batch: a batch replayed after a
+    crash (its write committed, the checkpoint did not) counts what its earlier commit wrote."""
+    store = DeltaStore(storage, spark)
+    rows = spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], SCHEMA)
+    store.append("t", rows, Txn("flow:app", 0))  # creates the table
+    store.append("t", rows.limit(1), Txn("other:app", 0))
+    store.append("t", rows.limit(2), Txn("flow:app", 1))
+    store.append("t", rows, Txn("flow:app", 1))  # replayed: skipped
+
+    assert store.rows_committed("t", Txn("flow:app", 0)) == 3
+    assert store.rows_committed("t", Txn("flow:app", 1)) == 2
+    assert store.rows_committed("t", Txn("other:app", 0)) == 1
+    assert store.rows_committed("t", Txn("flow:app", 2)) == 0  # never committed
+    assert store.rows_committed("t", Txn("new:app", 0)) == 0
+
+
 def streamed(spark, store: DeltaStore, name: str, checkpoint: Path) -> tuple[list[tuple], int]:
     """What a query new to `name` reads, and how many Spark jobs it ran (its run's job group)."""
     seen: list[tuple] = []

@@ -574,6 +574,7 @@ class LocalRunner:
         fresh = not (checkpoint.folder / "offsets").is_dir()  # a new query, maybe over a view read before
         fresh = fresh and view is not None and self.store.exists(f"{view.name}_quarantine")
         writer = BatchWriter(self, plan.flows, f"{plan.name}:{checkpoint.app_id}", view, fresh)
+        writer.lands = bool(reader.inputs.sources)
         self._launch(plan.name, plan.rows, writer, checkpoint, plan.flows, inputs)
 
     def _launch(

@@ -74,7 +74,8 @@ class PlanReader:
             self.runner.progress(f"  source {source.name}: input {missing} does not exist (yet): nothing to land")
         self.inputs.sources.append(source)
         conf = self.runner.conf
-        options = source_options(source, conf.max_messages_per_batch, conf.max_bytes_per_batch)
+        cores = spark.sparkContext.defaultParallelism
+        options = source_options(source, conf.max_messages_per_batch, conf.max_bytes_per_batch, cores)
         return spark.readStream.format(SOURCE_NAME).options(**options).load()
 
     def _fresh(self, name: str) -> None:

@@ -35,6 +35,9 @@ from cdc_medallion.sources.kafka_dump import KAFKA_COLUMNS, unpack_lines
 SOURCE_NAME = "cdc-files"
 BRONZE_ARROW = pa.schema([f.with_nullable(True) for f in to_arrow_schema(BRONZE_SCHEMA, timezone="UTC")])
 _FIRST_READ = 1 << 20  # a block is read in growing pieces, so a small batch reads little
+#: A file range is read by one task; a bigger one is cut at its newlines into up to `pieces`
+#: ranges of at least this many bytes, so a batch of one big file lands on every core.
+MIN_PIECE_BYTES = 4 << 20
 
 #: Per file path: [bytes landed, lines landed]. A Spark offset must be a dict of plain values.
 Offset = dict[str, dict[str, list[int]]]
@@ -73,6 +76,7 @@ class FileLanding:
         source: SourceConf,
         max_messages: int = DEFAULT_MAX_MESSAGES_PER_BATCH,
         max_bytes: int = DEFAULT_MAX_BYTES_PER_BATCH,
+        pieces: int = 1,
     ) -> None:
         if source.input is None:
             raise ValueError(f"source {source.name!r} has no local input")
@@ -80,6 +84,7 @@ class FileLanding:
         self.input: InputConf = source.input
         self.max_messages = max_messages
         self.max_bytes = max_bytes
+        self.pieces = max(1, pieces)
 
     def files(self) -> list[Path]:
         path = self.input.path
@@ -119,21 +124,45 @@ class FileLanding:
             with open(path, "rb") as handle:
                 handle.seek(landed)
                 block = _read_block(handle, min(max_bytes - size_read, size - landed), max_messages - messages)
-            count = len(_messages(block))
+            count = _line_count(block)
             end[path] = [landed + len(block), lines + count]
             messages += count
             size_read += len(block)
         return {"files": end}
 
     def ranges(self, start: Offset, end: Offset) -> list[FileRange]:
-        """The file ranges between two offsets, in file order."""
+        """The file ranges between two offsets, in file order, a big one cut in pieces."""
         before = start.get("files", {})
         ranges = []
         for path, (last, _) in sorted(end.get("files", {}).items()):
             first, first_line = before.get(path, [0, 0])
             if last > first:
-                ranges.append(FileRange(path, first, last, first_line))
+                ranges.extend(self._pieces(FileRange(path, first, last, first_line)))
         return ranges
+
+    def _pieces(self, whole: FileRange) -> list[FileRange]:
+        """`whole` cut after a newline near each of `pieces` equal shares of its bytes, each
+        piece numbered by the lines before it (one line bigger than a share stays whole)."""
+        size = whole.end - whole.start
+        count = min(self.pieces, size // MIN_PIECE_BYTES)
+        if self.input.layout == "files" or count < 2:
+            return [whole]
+        pieces = []
+        start, first_line = whole.start, whole.first_line
+        with open(whole.path, "rb") as handle:
+            for share in range(1, count):
+                target = whole.start + size * share // count
+                if target <= start:
+                    continue
+                handle.seek(start)
+                block = handle.read(target - start)
+                block += handle.readline(max(0, whole.end - target))
+                if start + len(block) >= whole.end or not block.endswith(b"\n"):
+                    break
+                pieces.append(FileRange(whole.path, start, start + len(block), first_line))
+                start, first_line = start + len(block), first_line + block.count(b"\n")
+        pieces.append(FileRange(whole.path, start, whole.end, first_line))
+        return pieces
 
     def read(self, part: FileRange, now: dt.datetime | None = None) -> pa.Table:
         """One range's messages as bronze rows."""
@@ -197,6 +226,11 @@ def _read_block(handle: BinaryIO, max_bytes: int, max_messages: int) -> bytes:
     return block
 
 
+def _line_count(block: bytes) -> int:
+    """How many messages `_messages(block)` holds, without cutting them out."""
+    return block.count(b"\n") + (1 if block and not block.endswith(b"\n") else 0)
+
+
 def _messages(block: bytes) -> list[bytes]:
     """A block's lines without their b'\\n' (a b'\\r' before it is part of the message)."""
     messages = block.split(b"\n")
@@ -215,8 +249,9 @@ def _raw_messages(messages: list[bytes], topic: str | None) -> pa.Table:
 
 
 # --- the Spark data source -----------------------------------------------------------------------
-def source_options(source: SourceConf, max_messages: int, max_bytes: int) -> dict[str, str]:
-    """The options `spark.readStream.format("cdc-files")` takes for one source."""
+def source_options(source: SourceConf, max_messages: int, max_bytes: int, pieces: int = 1) -> dict[str, str]:
+    """The options `spark.readStream.format("cdc-files")` takes for one source; `pieces`: how
+    many tasks may read one file's range of a batch (the cores Spark has)."""
     assert source.input is not None
     return {
         "source": json.dumps(
@@ -231,6 +266,7 @@ def source_options(source: SourceConf, max_messages: int, max_bytes: int) -> dic
         ),
         "max_messages": str(max_messages),
         "max_bytes": str(max_bytes),
+        "pieces": str(pieces),
     }
 
 
@@ -240,7 +276,8 @@ def _landing(options: dict[str, str]) -> FileLanding:
     # needs the format registry, and a format registered at run time exists only on the driver.
     given = InputConf.model_construct(path=Path(spec["path"]), layout=spec["layout"], pattern=spec["pattern"])
     source = SourceConf.model_construct(name=spec["name"], format=spec["format"], topic=spec["topic"], input=given)
-    return FileLanding(source, int(options["max_messages"]), int(options["max_bytes"]))
+    pieces = int(options.get("pieces", "1"))
+    return FileLanding(source, int(options["max_messages"]), int(options["max_bytes"]), pieces)
 
 
 class _Range(InputPartition):

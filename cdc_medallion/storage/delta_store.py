@@ -152,6 +152,25 @@ class DeltaStore:
             if "commitInfo" in action
         )
 
+    def rows_committed(self, name: str, txn: Txn) -> int:
+        """How many rows the commit of `txn` wrote (its `numOutputRows`), whether it committed
+        just now or in a run that crashed before its checkpoint did. Read from the log's entries,
+        newest first, without a job, up to the first commit of an earlier batch of its query.
+        0 if no commit carries `txn`."""
+        latest = self.version(name)
+        for commit in range(-1 if latest is None else latest, -1, -1):
+            try:
+                actions = list(commit_actions(self.path(name), commit))
+            except FileNotFoundError:  # the log's older entries were cleaned up
+                return 0
+            mine = [a["txn"] for a in actions if a.get("txn", {}).get("appId") == txn.app_id]
+            if mine and mine[0].get("version") == txn.version:
+                info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+                return int((info.get("operationMetrics") or {}).get("numOutputRows", 0))
+            if mine and mine[0].get("version", 0) < txn.version:
+                return 0
+        return 0
+
     def count(self, name: str) -> int:
         return self.read(name).count() if self.exists(name) else 0
 
