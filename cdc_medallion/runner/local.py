@@ -573,8 +573,8 @@ class LocalRunner:
         view = reader.inputs.checked_view
         fresh = not (checkpoint.folder / "offsets").is_dir()  # a new query, maybe over a view read before
         fresh = fresh and view is not None and self.store.exists(f"{view.name}_quarantine")
-        writer = BatchWriter(self, plan.flows, f"{plan.name}:{checkpoint.app_id}", view, fresh)
-        writer.lands = bool(reader.inputs.sources)
+        app_id = f"{plan.name}:{checkpoint.app_id}"
+        writer = BatchWriter(self, plan.flows, app_id, view, fresh, lands=bool(reader.inputs.sources))
         self._launch(plan.name, plan.rows, writer, checkpoint, plan.flows, inputs)
 
     def _launch(
