@@ -138,19 +138,7 @@ class BatchWriter:
         if split.kept:
             self.runner.store.check_schema(dataset.name, split.valid.schema)
             self.runner.store.append(dataset.name, split.valid, txn, dataset.table_properties)
-        result = self.results[0]
-        result.batches += 1
-        result.output_rows += split.kept
-        result.quarantined += split.report.quarantined + sum(r.quarantined for r in reports)
-        result.dropped += split.report.dropped + sum(r.dropped for r in reports)
-        seconds = time.monotonic() - started
-        self.runner.progress(
-            f"  {flow.target:<40} +{split.kept:,} rows"
-            + (f", {split.report.quarantined:,} quarantined" if split.report.quarantined else "")
-            + (f", {split.report.dropped:,} dropped" if split.report.dropped else "")
-            + f" ({seconds:.1f}s)"
-        )
-        self.runner.log_flow(flow, dataset.name, split.kept, [split.report, *reports], {})
+        self._appended(flow, split.report, reports, started)
 
     def _append_unchecked(self, flow: Flow, rows: DataFrame, txn: Txn, started: float) -> None:
         """A landed batch with nothing to check (bronze) is written as it streams in: no cache
@@ -161,10 +149,25 @@ class BatchWriter:
         store.check_schema(dataset.name, rows.schema)
         store.append(dataset.name, rows, txn, dataset.table_properties)
         report = exp.ExpectationReport(dataset=dataset.name, rows=store.rows_committed(dataset.name, txn))
-        self.results[0].batches += 1
-        self.results[0].output_rows += report.rows
-        self.runner.progress(f"  {flow.target:<40} +{report.rows:,} rows ({time.monotonic() - started:.1f}s)")
-        self.runner.log_flow(flow, dataset.name, report.rows, [report], {})
+        self._appended(flow, report, [], started)
+
+    def _appended(
+        self, flow: Flow, report: exp.ExpectationReport, reports: list[exp.ExpectationReport], started: float
+    ) -> None:
+        """An append flow's batch counted, shown and logged (`report`: its own target's checks)."""
+        result = self.results[0]
+        result.batches += 1
+        result.output_rows += report.kept
+        result.quarantined += report.quarantined + sum(r.quarantined for r in reports)
+        result.dropped += report.dropped + sum(r.dropped for r in reports)
+        seconds = time.monotonic() - started
+        self.runner.progress(
+            f"  {flow.target:<40} +{report.kept:,} rows"
+            + (f", {report.quarantined:,} quarantined" if report.quarantined else "")
+            + (f", {report.dropped:,} dropped" if report.dropped else "")
+            + f" ({seconds:.1f}s)"
+        )
+        self.runner.log_flow(flow, report.dataset, report.kept, [report, *reports], {})
 
     def _apply_auto_cdc(self, rows: DataFrame, reports: list[exp.ExpectationReport], txn: Txn, started: float) -> None:
         """The flows that turn the batch into the same events (gold's SCD1 and SCD2 of a table)

@@ -27,6 +27,11 @@ class ExpectationReport:
     dropped: int = 0
     quarantined: int = 0
 
+    @property
+    def kept(self) -> int:
+        """Rows that go on to the dataset (neither dropped nor quarantined)."""
+        return self.rows - self.dropped - self.quarantined
+
     def as_event_log(self) -> dict[str, object]:
         return {
             "dropped_records": self.dropped,
@@ -79,7 +84,7 @@ class Split:
     @property
     def kept(self) -> int:
         """Rows that go on to the dataset (neither dropped nor quarantined)."""
-        return self.report.rows - self.report.dropped - self.report.quarantined
+        return self.report.kept
 
 
 def split(marked: DataFrame, expectations: tuple[Expectation, ...], dataset: str) -> Split:

@@ -276,8 +276,7 @@ def _landing(options: dict[str, str]) -> FileLanding:
     # needs the format registry, and a format registered at run time exists only on the driver.
     given = InputConf.model_construct(path=Path(spec["path"]), layout=spec["layout"], pattern=spec["pattern"])
     source = SourceConf.model_construct(name=spec["name"], format=spec["format"], topic=spec["topic"], input=given)
-    pieces = int(options.get("pieces", "1"))
-    return FileLanding(source, int(options["max_messages"]), int(options["max_bytes"]), pieces)
+    return FileLanding(source, int(options["max_messages"]), int(options["max_bytes"]), int(options["pieces"]))
 
 
 class _Range(InputPartition):

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
@@ -85,6 +86,15 @@ class Txn:
     version: int
 
 
+def _output_rows(actions: Iterable[dict[str, Any]]) -> int:
+    """The rows one commit wrote, from its `commitInfo`'s `numOutputRows` (0 if it has none)."""
+    return sum(
+        int((action["commitInfo"].get("operationMetrics") or {}).get("numOutputRows", 0))
+        for action in actions
+        if "commitInfo" in action
+    )
+
+
 class DeltaStore:
     """All datasets of one pipeline live as Delta tables under one storage root."""
 
@@ -146,10 +156,8 @@ class DeltaStore:
         if latest is None:
             return 0
         return sum(
-            int((action["commitInfo"].get("operationMetrics") or {}).get("numOutputRows", 0))
+            _output_rows(commit_actions(self.path(name), commit))
             for commit in range(0 if version is None else version + 1, latest + 1)
-            for action in commit_actions(self.path(name), commit)
-            if "commitInfo" in action
         )
 
     def rows_committed(self, name: str, txn: Txn) -> int:
@@ -158,15 +166,16 @@ class DeltaStore:
         newest first, without a job, up to the first commit of an earlier batch of its query.
         0 if no commit carries `txn`."""
         latest = self.version(name)
-        for commit in range(-1 if latest is None else latest, -1, -1):
+        if latest is None:
+            return 0
+        for commit in range(latest, -1, -1):
             try:
                 actions = list(commit_actions(self.path(name), commit))
             except FileNotFoundError:  # the log's older entries were cleaned up
                 return 0
             mine = [a["txn"] for a in actions if a.get("txn", {}).get("appId") == txn.app_id]
             if mine and mine[0].get("version") == txn.version:
-                info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-                return int((info.get("operationMetrics") or {}).get("numOutputRows", 0))
+                return _output_rows(actions)
             if mine and mine[0].get("version", 0) < txn.version:
                 return 0
         return 0
