@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from pyspark.sql.types import ArrayType, IntegerType, StringType, StructField, StructType
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
+from cdc_medallion.runner.auto_cdc import AutoCdcApplier
 from tests.auto_cdc_harness import apply_batches, target_rows
 from tests.scd_model import History
 
@@ -34,18 +35,25 @@ SCHEMA = StructType(
 )
 MODEL = History(columns=("id", "name", "city", "seq"), key="id", sequence="seq")
 _VALUE = st.one_of(st.none(), st.sampled_from(["a", "b", "é"]))
-_PRESENT = st.one_of(st.none(), st.none(), st.lists(st.sampled_from(["id", "name", "city", "seq"]), unique=True))
+_COLUMNS = ["id", "name", "city", "seq"]
+_PRESENT = st.one_of(st.none(), st.none(), st.lists(st.sampled_from(_COLUMNS), unique=True))
+#: Whole images (no list, or every column in any order), and once in a while a partial one.
+_RARELY_PARTIAL = st.integers(0, 40).flatmap(lambda n: _PRESENT if n == 0 else st.none())
+_MOSTLY_WHOLE = st.one_of(st.none(), st.permutations(_COLUMNS).map(list), _RARELY_PARTIAL)
 _OP = st.sampled_from(["U"] * 8 + ["D"] * 2 + ["T"])
+_OP_NO_TRUNCATE = st.sampled_from(["U"] * 8 + ["D"] * 2)
 
 
 @st.composite
-def histories(draw: st.DrawFn) -> list[list[tuple]]:
+def histories(draw: st.DrawFn, truncates: bool = True) -> list[list[tuple]]:
     """Batches of events over up to 60 keys; sequences are distinct (ties may legitimately apply
-    in either order), shuffled across and within batches, and truncates are rare."""
+    in either order), shuffled across and within batches, and truncates are rare. Without
+    truncates, images are mostly whole: the SCD1 batches that need no rebuild."""
     keys = draw(st.integers(2, 60))
     size = draw(st.integers(10, 240))
+    ops, present = (_OP, _PRESENT) if truncates else (_OP_NO_TRUNCATE, _MOSTLY_WHOLE)
     events = [
-        (draw(st.integers(0, keys - 1)), draw(_VALUE), draw(_VALUE), draw(_OP), draw(_PRESENT)) for _ in range(size)
+        (draw(st.integers(0, keys - 1)), draw(_VALUE), draw(_VALUE), draw(ops), draw(present)) for _ in range(size)
     ]
     sequences = draw(st.permutations(range(1, size + 1)))
     # Sequences mostly follow arrival, with some late events: a shuffled window of arrivals.
@@ -114,8 +122,9 @@ def _flow(scd: int, tracked: tuple[str, ...] | None) -> AutoCdcFlow:
 FLOWS = {"scd1": _flow(1, None), "scd2": _flow(2, None)}
 
 
-# Two tests, so that two test workers run them side by side. SCD2, where a wrong set of stored
-# versions reread shows, gets 10 examples of up to 60 keys each; SCD1, one row a key, 4.
+# Separate tests, so that test workers run them side by side. SCD2, where a wrong set of stored
+# versions reread shows, gets 10 examples of up to 60 keys each; SCD1, one row a key, 4 with
+# truncates and partial images (rebuilt) and 6 without truncates (mostly not rebuilt).
 def examples(count: int) -> settings:
     return settings(
         max_examples=count, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -126,6 +135,13 @@ def examples(count: int) -> settings:
 @examples(4)
 @given(batches=histories())
 def test_scd1_batch_by_batch_gives_the_model_of_the_whole_history(spark, tmp_path_factory, batches):
+    check_against_the_model(spark, tmp_path_factory, batches, FLOWS["scd1"])
+
+
+@pytest.mark.slow
+@examples(6)
+@given(batches=histories(truncates=False))
+def test_scd1_of_whole_images_batch_by_batch_gives_the_model_of_the_whole_history(spark, tmp_path_factory, batches):
     check_against_the_model(spark, tmp_path_factory, batches, FLOWS["scd1"])
 
 
@@ -159,3 +175,35 @@ def test_an_earlier_event_after_a_batch_of_deletes_only_stays_deleted(spark, tmp
         assert [row[0] for row in got] == [2]
     else:  # id, name, city, seq, __START_AT, __END_AT
         assert sorted((row[0], row[4], row[5]) for row in got) == [(1, 3, 5), (2, 4, None)]
+
+
+def test_scd1_rebuilds_only_a_batch_with_a_partial_image_or_after_a_truncate(spark, tmp_path_factory, monkeypatch):
+    """Whole images apply by their last event per key; a partial image, and every batch once a
+    truncate was seen, go through the rebuild. The tables equal the model's either way."""
+    taken: list[str] = []
+    latest = AutoCdcApplier._write_scd1_latest
+    rebuilt = AutoCdcApplier._write_scd1
+
+    def by_latest(self, *args, **kwargs):
+        taken.append("latest")
+        return latest(self, *args, **kwargs)
+
+    def by_rebuild(self, *args, **kwargs):
+        taken.append("rebuild")
+        return rebuilt(self, *args, **kwargs)
+
+    monkeypatch.setattr(AutoCdcApplier, "_write_scd1_latest", by_latest)
+    monkeypatch.setattr(AutoCdcApplier, "_write_scd1", by_rebuild)
+    batches = [
+        [(1, "a", "x", 1, "U", None), (2, "b", "y", 2, "U", _COLUMNS), (3, "c", "z", 3, "U", None)],
+        [(1, "a2", None, 4, "U", ["id", "name", "seq"]), (2, None, None, 5, "D", None)],
+        [(2, "b", "y", 1, "U", None), (3, "c2", "z2", 6, "U", None)],  # 2's late upsert meets its tombstone
+        [(9, "t", "t", 7, "T", None), (4, "d", "w", 8, "U", None)],
+        [(4, "d2", "w2", 9, "U", None)],
+    ]
+    before_truncate = check_against_the_model(spark, tmp_path_factory, batches[:3], FLOWS["scd1"])
+    assert [row[:3] for row in before_truncate] == [(1, "a2", "x"), (3, "c2", "z2")]
+    assert taken == ["latest", "rebuild", "latest"]
+    got = check_against_the_model(spark, tmp_path_factory, batches, FLOWS["scd1"])
+    assert taken[3:] == ["latest", "rebuild", "latest", "rebuild", "rebuild"]
+    assert [row[:3] for row in got] == [(4, "d2", "w2")]

@@ -3,7 +3,9 @@
 One micro-batch of a flow's change feed at a time (the flow's `foreachBatch`). For the keys a
 batch touches, the target's existing rows are turned back into events, merged with the new
 events, and each key's state is rebuilt in sequence order; the changed rows go into the target
-in one MERGE. A late event therefore lands at its place in the history, and a late update never
+in one MERGE. SCD1 skips the rebuild when nothing needs it (no truncate ever, no partial image in
+the batch): each key's last event then decides alone, and the MERGE compares sequences with the
+stored row (`_write_scd1_latest`). A late event therefore lands at its place in the history, and a late update never
 resurrects a deleted row: deletes leave a tombstone in the flow's state table, truncates a
 table-wide marker (DLT keeps tombstones the same way).
 
@@ -137,6 +139,7 @@ class Summary:
     deletes: int
     keys: int  # approximate: it only chooses a join strategy
     ranges: dict[str, tuple[Any, Any, bool]]
+    partial: int  # upserts whose image lacks a value column: filled from earlier events
 
 
 @dataclass
@@ -156,7 +159,7 @@ class ChangeBatch:
         """The batch's events, cached until `release` (None, and nothing cached, when it has none)."""
         columns = data_columns(flow, batch.columns)
         events = _events(flow, batch, columns).persist()
-        summary = _summary(flow, events)
+        summary = _summary(flow, events, columns)
         if summary.events == 0:
             events.unpersist()
             return None
@@ -213,11 +216,15 @@ class FeedState:
             self.store.append(self.tombstones_name, tombstones, txn, {"layer": "state"})
 
 
-def _summary(flow: AutoCdcFlow, events: DataFrame) -> Summary:
-    """One job: how many events, deletes and truncates, about how many keys, and each orderable
-    key's range (which narrows the MERGEs to the target files that may hold the batch's keys)."""
+def _summary(flow: AutoCdcFlow, events: DataFrame, columns: list[str]) -> Summary:
+    """One job: how many events, deletes, truncates and partial images, about how many keys, and
+    each orderable key's range (which narrows the MERGEs to the target files that may hold the
+    batch's keys)."""
     is_row = ~F.col(TRUNCATE)
     keys = list(flow.keys)
+    values = [c for c in columns if c not in keys]
+    lacking = F.array_except(F.array(*[F.lit(c) for c in values]), F.col(PRESENT)) if values else F.array()
+    is_partial = is_row & ~F.col(DELETE) & F.col(PRESENT).isNotNull() & (F.size(lacking) > 0)
     ranged = [k for k in keys if isinstance(events.schema[k].dataType, _RANGED)]
     aggregates = [
         F.count(F.lit(1)).alias("events"),
@@ -225,6 +232,7 @@ def _summary(flow: AutoCdcFlow, events: DataFrame) -> Summary:
         F.count(F.when(is_row & F.col(DELETE), 1)).alias("deletes"),
         # Only chooses a join strategy: an estimate spares the two shuffles of an exact count.
         F.approx_count_distinct(F.when(is_row, F.struct(*[F.col(quote(k)) for k in keys]))).alias("keys"),
+        F.count(F.when(is_partial, 1)).alias("partial"),
     ]
     for i, key in enumerate(ranged):
         value = F.when(is_row, F.col(quote(key)))
@@ -236,7 +244,7 @@ def _summary(flow: AutoCdcFlow, events: DataFrame) -> Summary:
     for i, key in enumerate(ranged):
         if row[f"lo{i}"] is not None:
             ranges[key] = (row[f"lo{i}"], row[f"hi{i}"], row[f"null{i}"] is not None)
-    return Summary(row["events"], row["truncates"], row["deletes"], row["keys"], ranges)
+    return Summary(row["events"], row["truncates"], row["deletes"], row["keys"], ranges, row["partial"])
 
 
 def _events(flow: AutoCdcFlow, batch: DataFrame, columns: list[str]) -> DataFrame:
@@ -324,6 +332,8 @@ class AutoCdcApplier:
         state = change.state.tombstones()
         new_truncates = summary.truncates > 0
         has_truncates = new_truncates or change.state.has_truncates()
+        if flow.stored_as_scd_type == 1 and not has_truncates and summary.partial == 0:
+            return self._write_scd1_latest(session, change, state, txn, empty_target)
         to_release: list[DataFrame] = []
         if new_truncates:  # a new truncate touches every key of the table
             affected = target.select(*_cols(keys)).union(rows.select(*_cols(keys))).distinct().persist()
@@ -489,6 +499,41 @@ class AutoCdcApplier:
         finally:
             _release(final)
 
+    def _write_scd1_latest(
+        self, session: Any, change: ChangeBatch, state: DataFrame | None, txn: Txn, empty_target: bool
+    ) -> ApplyResult:
+        """SCD1 without a rebuild. With whole images and no truncate, a key's row is its last
+        event's image, so earlier events and the stored row's values do not matter, only
+        sequences: the batch's last event of a key applies where it is not older than the
+        stored row (the MERGE's guard) nor, for an upsert, than the key's newest tombstone
+        (a late upsert must not resurrect a deleted key). At equal sequences the batch's event
+        wins, as in the rebuild. The MERGE's source reads no target, so the target is scanned
+        once, by the MERGE; the source is still detached, since it reads the cached batch, which
+        Delta refuses in a MERGE's source that it does not copy itself."""
+        keys, columns, rows = list(self.flow.keys), change.columns, change.rows
+        newest = Window.partitionBy(*_cols(keys)).orderBy(F.col(SEQ).desc())
+        latest = rows.withColumn("__rn", F.row_number().over(newest)).filter("__rn = 1")
+        deleted_at = F.lit(None)
+        if state is not None:
+            touched = F.broadcast(rows.select(*_cols(keys)))
+            in_batch = state.join(touched, on=keys, how="left_semi")
+            newest_deletes = in_batch.groupBy(*_cols(keys)).agg(F.max(SEQ).alias("__deleted_at"))
+            latest = latest.join(newest_deletes, on=keys, how="left")
+            deleted_at = F.col("__deleted_at")
+        action = (
+            F.when(F.col(DELETE), F.lit("delete"))
+            .when(deleted_at.isNull() | (deleted_at <= F.col(SEQ)), F.lit("upsert"))
+            .otherwise(F.lit(None))
+        )
+        changes = _detached(
+            latest.select(*_cols(columns), F.col(SEQ).alias(SCD1_SEQUENCE), action.alias(ACTION)), empty_target
+        )
+        guard = F.col(f"t.{quote(SCD1_SEQUENCE)}") <= F.col(f"s.{quote(SCD1_SEQUENCE)}")
+        try:
+            return self._merge(session, changes, keys, txn, change.summary.ranges, empty_target, guard)
+        finally:
+            _release(changes)
+
     # --- SCD2 -------------------------------------------------------------------------------
     def _write_scd2(
         self,
@@ -579,9 +624,10 @@ class AutoCdcApplier:
         txn: Txn,
         ranges: dict[str, tuple[Any, Any, bool]],
         empty_target: bool,
+        guard: Column | None = None,
     ) -> ApplyResult:
         """The changed rows (with their ACTION) into the target, in one MERGE (an append while
-        the target holds nothing)."""
+        the target holds nothing); a matched row changes only where `guard` holds."""
         schema = self.target_schema
         changes = changes.select(
             *[
@@ -594,14 +640,15 @@ class AutoCdcApplier:
             return self._insert(changes, txn)
         on = _all([F.col(f"t.{quote(c)}").eqNullSafe(F.col(f"s.{quote(c)}")) for c in match]) & _within(ranges, "t")
         assignments = {quote(c): F.col(f"s.{quote(c)}") for c in schema.fieldNames()}
+        matched = F.lit(True) if guard is None else guard
         commit_point(f"before merge into {self.flow.target}")
         with self.store.idempotent(session, txn), self.store.merging(session):
             metrics = (
                 self.store.merge_table(self.flow.target, session)
                 .alias("t")
                 .merge(changes.alias("s"), on)
-                .whenMatchedDelete(F.col(f"s.{ACTION}") == "delete")
-                .whenMatchedUpdate(F.col(f"s.{ACTION}") == "upsert", set=assignments)
+                .whenMatchedDelete((F.col(f"s.{ACTION}") == "delete") & matched)
+                .whenMatchedUpdate((F.col(f"s.{ACTION}") == "upsert") & matched, set=assignments)
                 .whenNotMatchedInsert(F.col(f"s.{ACTION}") == "upsert", values=assignments)
                 .execute()
             )
