@@ -3,11 +3,11 @@
 One micro-batch of a flow's change feed at a time (the flow's `foreachBatch`). For the keys a
 batch touches, the target's existing rows are turned back into events, merged with the new
 events, and each key's state is rebuilt in sequence order; the changed rows go into the target
-in one MERGE. SCD1 skips the rebuild when nothing needs it (no truncate ever, no partial image in
-the batch): each key's last event then decides alone, and the MERGE compares sequences with the
-stored row (`_write_scd1_latest`). A late event therefore lands at its place in the history, and a late update never
+in one MERGE. A late event therefore lands at its place in the history, and a late update never
 resurrects a deleted row: deletes leave a tombstone in the flow's state table, truncates a
-table-wide marker (DLT keeps tombstones the same way).
+table-wide marker (DLT keeps tombstones the same way). SCD1 skips the rebuild when nothing needs
+it (no truncate ever, no partial image in the batch): each key's last event then decides alone,
+and the MERGE compares sequences with the stored row (`_write_scd1_latest`).
 
 Rules (as in DLT): a new SCD2 version starts when a tracked column changes or the key comes
 back after a delete; changes to untracked columns update the current version in place; a
@@ -347,11 +347,8 @@ class AutoCdcApplier:
         if change.state.has_truncates():
             truncates = change.state.truncates(seq_type).unionByName(truncates).distinct()
         try:
-            # The keys a batch touches are few next to the table's: shipping them to every task
-            # filters the target as it is read, instead of shuffling the whole target to meet
-            # them, so a batch costs what it touches rather than what the table holds.
-            if keys_in_batch <= BROADCAST_KEYS:
-                affected = F.broadcast(affected)
+            # A batch costs what it touches rather than what the table holds.
+            affected = _shipped(affected, keys_in_batch)
             # An empty target has no rows to reread: not scanning it spares a table's first
             # batch a file listing and a broadcast (its tombstones are still read).
             touched = None if empty_target else target.join(affected, on=keys, how="left_semi")
@@ -490,12 +487,7 @@ class AutoCdcApplier:
             empty_target,
         )
         try:
-            changes = final.select(
-                *[F.col(quote(c)) for c in columns],
-                F.col(SEQ).alias(SCD1_SEQUENCE),
-                F.when(F.col(DELETE), F.lit("delete")).otherwise(F.lit("upsert")).alias(ACTION),
-            )
-            return self._merge(session, changes, keys, txn, ranges, empty_target)
+            return self._merge(session, _scd1_changes(final, columns), keys, txn, ranges, empty_target)
         finally:
             _release(final)
 
@@ -513,21 +505,15 @@ class AutoCdcApplier:
         keys, columns, rows = list(self.flow.keys), change.columns, change.rows
         newest = Window.partitionBy(*_cols(keys)).orderBy(F.col(SEQ).desc())
         latest = rows.withColumn("__rn", F.row_number().over(newest)).filter("__rn = 1")
-        deleted_at = F.lit(None)
         if state is not None:
-            touched = F.broadcast(rows.select(*_cols(keys)))
+            touched = _shipped(rows.select(*_cols(keys)), change.summary.keys)
             in_batch = state.join(touched, on=keys, how="left_semi")
             newest_deletes = in_batch.groupBy(*_cols(keys)).agg(F.max(SEQ).alias("__deleted_at"))
-            latest = latest.join(newest_deletes, on=keys, how="left")
             deleted_at = F.col("__deleted_at")
-        action = (
-            F.when(F.col(DELETE), F.lit("delete"))
-            .when(deleted_at.isNull() | (deleted_at <= F.col(SEQ)), F.lit("upsert"))
-            .otherwise(F.lit(None))
-        )
-        changes = _detached(
-            latest.select(*_cols(columns), F.col(SEQ).alias(SCD1_SEQUENCE), action.alias(ACTION)), empty_target
-        )
+            latest = latest.join(newest_deletes, on=keys, how="left").filter(
+                F.col(DELETE) | deleted_at.isNull() | (deleted_at <= F.col(SEQ))
+            )
+        changes = _detached(_scd1_changes(latest, columns), empty_target)
         guard = F.col(f"t.{quote(SCD1_SEQUENCE)}") <= F.col(f"s.{quote(SCD1_SEQUENCE)}")
         try:
             return self._merge(session, changes, keys, txn, change.summary.ranges, empty_target, guard)
@@ -670,6 +656,21 @@ class AutoCdcApplier:
         upserts = changes.filter(F.col(ACTION) == "upsert").drop(ACTION)
         self.store.append(self.flow.target, upserts, txn, self.properties)
         return ApplyResult(upserted=self.store.rows_written_since(self.flow.target, before))
+
+
+def _scd1_changes(final: DataFrame, columns: list[str]) -> DataFrame:
+    """Each key's final event as the SCD1 row it leaves, with the MERGE's action."""
+    return final.select(
+        *_cols(columns),
+        F.col(SEQ).alias(SCD1_SEQUENCE),
+        F.when(F.col(DELETE), F.lit("delete")).otherwise(F.lit("upsert")).alias(ACTION),
+    )
+
+
+def _shipped(keys: DataFrame, count: int) -> DataFrame:
+    """A batch's keys, broadcast while they are few (`BROADCAST_KEYS`): shipped to every task,
+    they filter a big table as it is read instead of shuffling it to meet them."""
+    return F.broadcast(keys) if count <= BROADCAST_KEYS else keys
 
 
 def _all(conditions: list[Column]) -> Column:
