@@ -296,11 +296,16 @@ def test_external_schema_id_changes_are_schema_changes():
         ("schema_change", "EXTERNAL_SCHEMA_ID"),
         ("change", "UPDATE"),
     ]
-    assert json.loads(events[4]["detail"])["previous"] == "7"
+    detail = json.loads(events[4]["detail"])
+    assert (detail["externalSchemaId"], detail["messageSchemaId"]) == ("8", SCHEMA_ID)
     assert events[4]["bronze_ref"] == events[5]["bronze_ref"] == "test.jsonl:3"
-    # a later run knows the last id from the earlier events: no new schema change for the same id
-    again = run(changed, context=[e for e in events if e["kind"] == "schema_change"])
-    assert [e["kind"] for e in again] == ["change"]
+    # a later run knows the ids from the earlier events: no new schema change for an id seen before
+    again = run(changed, same, context=[e for e in events if e["kind"] == "schema_change"])
+    assert [e["kind"] for e in again] == ["change", "change"]
+    # a new version of the table starts anew: its first id is a schema change
+    next_version = [fixture(METADATA).replace(SCHEMA_ID, "NEXT"), changed.replace(SCHEMA_ID, "NEXT")]
+    [_, mark, _] = run(*next_version, context=[e for e in events if e["kind"] == "schema_change"])
+    assert (mark["op"], json.loads(mark["detail"])["messageSchemaId"]) == ("EXTERNAL_SCHEMA_ID", "NEXT")
 
 
 def test_binary_values_arrive_as_hex_and_become_base64():
@@ -396,3 +401,103 @@ def test_sample_file_is_what_the_conf_reads():
     assert source.format == "qlik-json" and source.input is not None
     assert source.input.path == (REPO / "samples" / "qlik" / "hr.jsonl").resolve()
     assert Path(source.input.path).is_file()
+
+
+# --- on every core -------------------------------------------------------------------------------
+def test_a_batch_is_parsed_on_every_core_and_each_data_message_finds_its_metadata(spark, tmp_path):
+    """Data messages are split by messageSchemaId over the groups of the stateful operator and
+    every group sees every metadata message, so the groups' parses give the events of one whole
+    pass: a data message ahead of its metadata, a metadata message repeated (flagged once), one
+    whose metadata never comes (held once)."""
+    from cdc_medallion.adhoc import adhoc_conf
+    from cdc_medallion.formats.base import messages_of
+    from cdc_medallion.formats.stateful import COPY, GROUP, STATE_LAYOUT, _grouped
+    from cdc_medallion.generator.history import generate_history
+    from cdc_medallion.generator.renderers import render
+    from cdc_medallion.model import BRONZE_SCHEMA
+    from cdc_medallion.sources.files import FileLanding
+
+    rendered = render(generate_history(tables=3, transactions=40, seed=5), "qlik-json", tmp_path / "input")
+    lines = rendered.path.read_text(encoding="utf-8").splitlines()
+    first_metadata = json.loads(lines[0])["value"]
+    late_metadata = json.loads(fixture(METADATA))
+    late_metadata["messageSchemaId"] = late_metadata["message"]["schemaId"] = "LATER"
+    late_metadata["message"]["lineage"]["table"] = "salaries_later"
+    ahead = data_message("INSERT", ROW, change_mask="0F").replace(SCHEMA_ID, "LATER")
+    never = data_message("INSERT", ROW, change_mask="0F").replace(SCHEMA_ID, "NEVER")
+    marked = [  # two ids, each seen twice: a schema change for the first sight of each
+        data_message("INSERT", {**ROW, "emp_no": n}, change_mask="0F", externalSchemaId=i).replace(SCHEMA_ID, "LATER")
+        for n, i in ((1, "7"), (2, "8"), (3, "7"), (4, "8"))
+    ]
+    extra = [ahead, json.dumps(late_metadata), first_metadata, never, *marked]
+    with rendered.path.open("a", encoding="utf-8") as out:
+        for offset, value in enumerate(extra):
+            out.write(json.dumps({"topic": "extra", "partition": 0, "offset": offset, "key": None, "value": value}))
+            out.write("\n")
+    conf = adhoc_conf(rendered.format, rendered.path, tmp_path / "s", [], [], layout=rendered.layout)
+    landed = FileLanding(conf.sources[0], max_messages=100_000).next_batch().to_arrow()
+    parser = get_format("qlik-json")("test")
+    bronze = spark.createDataFrame(landed, schema=BRONZE_SCHEMA)
+
+    fed = _grouped(parser, bronze, STATE_LAYOUT)
+    own_groups = {r[GROUP] for r in fed.filter(~fed[COPY]).select(GROUP).collect()}
+    assert len(own_groups) >= 3  # the metadata's group and the buckets of at least two schema ids
+    metadata_messages = sum(1 for line in [*lines, *[json.dumps({"value": v}) for v in extra]] if '\\"MD\\"' in line)
+    assert fed.filter(fed[COPY]).count() == metadata_messages * 16  # each in every other group
+
+    def outcome(event: dict[str, Any]) -> tuple:
+        after = event["after"]
+        after = sorted(after.items() if isinstance(after, dict) else after) if after is not None else None
+        flags = tuple(event["flags"] or ())
+        return (event["bronze_ref"], event["kind"], event["op"], event["sequence"], event["detail"], flags, str(after))
+
+    split = sorted(outcome(row.asDict()) for row in parser.parse(bronze).collect())
+    messages = [m for batch in landed.to_batches() for m in messages_of(batch)]
+    whole = sorted(outcome(e) for e in parser.parse_all(messages, []).to_pylist())
+    assert split == whole
+    assert [o[1] for o in split if o[0] == "extra/0/0"] == ["change"]  # found its metadata, which came after it
+    assert [o[5] for o in split if o[0] == "extra/0/2"] == [("metadata_repeated",)]
+    assert [o[1] for o in split if o[0] == "extra/0/3"] == ["held"]
+    assert [o[0] for o in split if o[2] == "EXTERNAL_SCHEMA_ID"] == ["extra/0/4", "extra/0/5"]
+    assert not [o for o in split if o[1] == "error"]
+
+
+def test_a_checkpoint_from_before_the_split_keeps_parsing_in_one_group(spark, storage, tmp_path):
+    """A silver checkpoint made when Qlik was parsed in one group (layout 1, no layout written
+    down) holds its catalog and held messages in that group's state: the next runs must go on in
+    one group, or a data message whose metadata came in an earlier run finds none."""
+    from cdc_medallion.formats.stateful import LAYOUT_CONF
+    from cdc_medallion.storage.delta_store import CHECKPOINT_DIR
+
+    folder = tmp_path / "qlik"
+    folder.mkdir()
+    later = json.loads(fixture(METADATA))
+    later["messageSchemaId"] = later["message"]["schemaId"] = "LATER"
+    later["message"]["lineage"]["table"] = "salaries_later"
+    waiting = data_message("INSERT", {**ROW, "emp_no": 7}, change_mask="0F").replace(SCHEMA_ID, "LATER")
+    first = [fixture(METADATA), data_message("INSERT", ROW, change_mask="0F"), waiting]
+
+    def lines(values: list[str]) -> str:  # schema id "A": a bucket of its own, not group 0
+        return "".join(json.dumps(json.loads(v.replace(SCHEMA_ID, "A"))) + "\n" for v in values)
+
+    (folder / "1.jsonl").write_text(lines(first), encoding="utf-8")
+    spark.conf.set(LAYOUT_CONF, "1")  # the run of a version that parsed Qlik in one group
+    try:
+        ingest(spark, "qlik-json", folder, storage, layout="json-lines")
+    finally:
+        spark.conf.unset(LAYOUT_CONF)
+    [silver_checkpoint] = [p for p in (storage / CHECKPOINT_DIR).iterdir() if (p / "state").is_dir()]
+    assert (silver_checkpoint / "cdc_medallion_state_layout").read_text() == "2"  # a new checkpoint's
+    (silver_checkpoint / "cdc_medallion_state_layout").unlink()  # that version wrote none
+
+    update = data_message("UPDATE", {**ROW, "salary": 50000}, ROW, "02", "0F", "20180413201358280000000000000000020")
+    second = [update, json.dumps(later)]
+    (folder / "2.jsonl").write_text(lines(second), encoding="utf-8")
+    ingest(spark, "qlik-json", folder, storage, layout="json-lines")
+
+    assert (silver_checkpoint / "cdc_medallion_state_layout").read_text() == "1"
+    [row] = gold_rows(spark, storage, "salaries", 1)
+    assert row["salary"] == 50000  # its metadata came in the first run
+    [late] = gold_rows(spark, storage, "salaries_later", 1)
+    assert late["emp_no"] == 7  # held in the first run, completed in the second
+    assert not [r for r in read_rows(spark, storage, "silver_qlik_json") if r["kind"] == "error"]

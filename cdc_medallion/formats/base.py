@@ -59,11 +59,20 @@ class Format(abc.ABC):
     #: events of `context_kinds` (e.g. Qlik metadata kept as schema changes) as context.
     stateful: ClassVar[bool] = False
     context_kinds: ClassVar[tuple[str, ...]] = ()
-    #: For a stateful format whose messages only ever need the messages sharing one value: the
-    #: JSON path of that value (DataWorks pairs an UPDATE_BEFOR with its UPDATE_AFTER by
-    #: `$.payload.sequenceId`). The batch and the held messages are then split by it over
-    #: several groups instead of parsed as one. None: every message may need any other.
+    #: For a stateful format whose messages only ever need the messages sharing one value: that
+    #: value, a Spark SQL expression over the bronze row (DataWorks pairs an UPDATE_BEFOR with
+    #: its UPDATE_AFTER by `$.payload.sequenceId` of the text of `value`). The batch and the held
+    #: messages are then split by it over several groups instead of parsed as one. None: every
+    #: message may need any other.
     related_by: ClassVar[str | None] = None
+    #: For a format split by `related_by`: a Spark SQL condition over the bronze row for the
+    #: messages that any message may need, whatever its value (Qlik's metadata, which a data
+    #: message of any group may name). Such a message is fed to every group: one emits its
+    #: events, the others only learn from it.
+    needed_by_all: ClassVar[str | None] = None
+    #: The state layout (`stateful.STATE_LAYOUT`) from which this format is split by `related_by`;
+    #: a query whose checkpoint is older keeps it in the one group it began with.
+    split_since_layout: ClassVar[int] = 1
 
     def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
         self.source_name = source_name

@@ -110,7 +110,7 @@ class DataWorksJson(Format):
     name = "dataworks-json"
     stateful: ClassVar[bool] = True
     # Pairing, redelivery and held halves are all per sequenceId (`Pair` adds db, schema, table).
-    related_by: ClassVar[str | None] = "$.payload.sequenceId"
+    related_by: ClassVar[str | None] = "get_json_object(CAST(value AS STRING), '$.payload.sequenceId')"
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         return self.parse_messages([message], [])

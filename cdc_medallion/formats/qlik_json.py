@@ -14,7 +14,12 @@ Ops: REFRESH (full load) -> SNAPSHOT, INSERT, UPDATE, DELETE. `changeMask` / `co
 decoded into `changed_columns` / `present_columns` (see masks.py); a column whose columnMask bit
 is clear and whose value is null was not replicated: it is absent from the image, so gold keeps
 its previous value. Mask problems are facts in `flags`, counted by expectations/silver.qlik-json.yml.
-`changeSequence` orders changes; an `externalSchemaId` change is a schema change.
+`changeSequence` orders changes; an `externalSchemaId` a table version (`messageSchemaId`) has
+not shown before is a schema change.
+
+Parsed on every core: data messages are split over the groups of the stateful operator, and
+every group sees every metadata message (`stateful.py`); the messages that carry an
+`externalSchemaId` go by their table version and that id, so each new id is seen in one group.
 """
 
 from __future__ import annotations
@@ -236,7 +241,7 @@ class Catalog:
         self.by_id: dict[str, TableMeta] = {}
         self.latest: dict[tuple[str, str], tuple[tuple[int, int], TableMeta]] = {}
         self.latest_by_name: dict[str, tuple[tuple[int, int], TableMeta]] = {}
-        self.external_ids: dict[tuple[str, str], str] = {}
+        self.external_ids: set[tuple[str, str, str | None, str]] = set()  # table, messageSchemaId, id
         self._order = 0
 
     def add(self, meta: TableMeta) -> None:
@@ -274,12 +279,21 @@ class Catalog:
                 except ParseError:
                     continue
             elif detail.get("type") == EXTERNAL_ID_DETAIL and event.get("source_table"):
-                key = _table_key(event.get("source_schema"), event["source_table"])
-                catalog.external_ids[key] = str(detail.get("externalSchemaId"))
+                table = _table_key(event.get("source_schema"), event["source_table"])
+                catalog.external_ids.add((*table, detail.get("messageSchemaId"), str(detail.get("externalSchemaId"))))
         return catalog
 
 
 # --- the format -------------------------------------------------------------------------------
+#: SQL: what the split needs of a message's JSON, read in one pass (NULL members where the text
+#: is no JSON object, or has none of them).
+_ENVELOPE = (
+    "from_json(CAST(value AS STRING), 'type STRING, tableStructure STRING, messageSchemaId STRING,"
+    " headers STRUCT<externalSchemaId: STRING>, message STRUCT<headers: STRUCT<externalSchemaId: STRING>>')"
+)
+_EXTERNAL_ID = f"coalesce({_ENVELOPE}.message.headers.externalSchemaId, {_ENVELOPE}.headers.externalSchemaId)"
+
+
 @dataclass
 class _Parsed:
     """A message's envelope read in the first pass."""
@@ -307,6 +321,15 @@ class QlikJson(Format):
     name = "qlik-json"
     stateful: ClassVar[bool] = True
     context_kinds: ClassVar[tuple[str, ...]] = (KIND_SCHEMA_CHANGE,)
+    # A data message needs only metadata, and every group sees all of it; the one thing data
+    # messages keep for one another is which externalSchemaIds a table version has shown, so a
+    # message with one goes by its table version and that id, any other by its own position.
+    related_by: ClassVar[str | None] = f"""
+        CASE WHEN {_EXTERNAL_ID} IS NULL
+        THEN concat_ws('/', _file, CAST(_line AS STRING), topic, CAST(partition AS STRING), CAST(offset AS STRING))
+        ELSE concat_ws('/', coalesce({_ENVELOPE}.messageSchemaId, topic), {_EXTERNAL_ID}) END"""
+    needed_by_all: ClassVar[str | None] = f"{_ENVELOPE}.type = 'MD' OR {_ENVELOPE}.tableStructure IS NOT NULL"
+    split_since_layout: ClassVar[int] = 2
     options = QlikJsonOptions
     settings: QlikJsonOptions
 
@@ -422,10 +445,9 @@ class QlikJson(Format):
         events: list[Event] = []
         external = id_field(headers.get("externalSchemaId"), "headers.externalSchemaId")
         if external is not None:
-            key = _table_key(schema, table)
-            previous = catalog.external_ids.get(key)
-            if previous != str(external):
-                catalog.external_ids[key] = str(external)
+            key = (*_table_key(schema, table), item.schema_id, str(external))
+            if key not in catalog.external_ids:
+                catalog.external_ids.add(key)
                 events.append(
                     {
                         "kind": KIND_SCHEMA_CHANGE,
@@ -435,7 +457,11 @@ class QlikJson(Format):
                         "sequence": _sequence(headers, None, message),
                         "event_ts": _timestamp(headers.get("timestamp"), "headers.timestamp"),
                         "detail": dumps(
-                            {"type": EXTERNAL_ID_DETAIL, "externalSchemaId": str(external), "previous": previous}
+                            {
+                                "type": EXTERNAL_ID_DETAIL,
+                                "externalSchemaId": str(external),
+                                "messageSchemaId": item.schema_id,
+                            }
                         ),
                     }
                 )

@@ -10,7 +10,16 @@ it is first held; it leaves the state when an event consumes it (`bronze_ref` or
 fed again after that. The operator is Spark's own, so the same code runs on Databricks.
 
 Groups: one per source, or, for a format whose messages only need those sharing one value
-(`Format.related_by`), one per hash bucket of that value, so the work spreads over cores.
+(`Format.related_by`), one per hash bucket of that value, so the work spreads over cores. A
+message that any message may need (`Format.needed_by_all`: Qlik's metadata) is fed to every
+group: its own group (the bucket of a message without the value) emits its events, the others
+learn from it (their context keeps its events), so each group knows what the whole batch knows.
+
+A group's state holds only that group's messages and context, so a query keeps the split its
+checkpoint began with: the runner names the checkpoint's layout in the session's conf
+(`LAYOUT_CONF`) while the query is planned, and a format split since a later layout
+(`Format.split_since_layout`) stays in one group for an older checkpoint. Without the setting
+(a new checkpoint, Databricks, a batch parse) the current layout holds.
 """
 
 from __future__ import annotations
@@ -19,12 +28,13 @@ import io
 import json
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
@@ -42,7 +52,14 @@ warnings.filterwarnings("ignore", message="The behavior of DataFrame concatenati
 
 #: Hash buckets of `related_by` values: fixed, as the state is kept per bucket.
 BUCKETS = 16
+#: The group of the messages without a `related_by` value (a format not split has group 0).
+NO_VALUE_GROUP = -1
+#: The layout of this version: 1, one group per format but DataWorks' buckets; 2, Qlik split too
+#: (`QlikJson.related_by`), its metadata fed to every group.
+STATE_LAYOUT = 2
+LAYOUT_CONF = "cdc_medallion.state.layout"
 GROUP = "__group"
+COPY = "__copy"  # fed to this group to learn from: its events are not emitted here
 STATE_SCHEMA = StructType([StructField("held", BinaryType()), StructField("context", StringType())])
 #: The fields of a context event the parsers read (Qlik metadata, IBM transaction markers).
 CONTEXT_FIELDS = ("kind", "source_schema", "source_table", "sequence", "detail", "flags", "bronze_ref")
@@ -57,13 +74,8 @@ _LANDING_ORDER = [
 
 def parse_with_state(parser: Format, bronze: DataFrame) -> DataFrame:
     """Bronze rows -> silver events through the state store (see the module's docstring)."""
-    if parser.related_by is None:
-        group = F.lit(0)
-    else:
-        value = F.get_json_object(F.col("value").cast("string"), parser.related_by)
-        group = F.coalesce(F.pmod(F.xxhash64(value), F.lit(BUCKETS)), F.lit(-1))
+    grouped = _grouped(parser, bronze, _layout(bronze)).groupBy(GROUP)
     step = _Step(parser)
-    grouped = bronze.withColumn(GROUP, group.cast("long")).groupBy(GROUP)
     if not bronze.isStreaming:  # one batch on its own (tools, tests): nothing held before it
         return grouped.applyInPandas(
             lambda key, frame: pd.concat(list(step(key, iter([frame]), _NoState()))), schema=EVENT_SCHEMA
@@ -75,6 +87,40 @@ def parse_with_state(parser: Format, bronze: DataFrame) -> DataFrame:
         outputMode="append",
         timeoutConf=GroupStateTimeout.NoTimeout,
     )
+
+
+@contextmanager
+def planned_in_layout(spark: SparkSession, layout: int) -> Iterator[None]:
+    """The stateful operators planned inside split their messages as `layout` did (the layout
+    of the checkpoint they will run from)."""
+    if layout == STATE_LAYOUT:
+        yield
+        return
+    spark.conf.set(LAYOUT_CONF, str(layout))
+    try:
+        yield
+    finally:
+        spark.conf.unset(LAYOUT_CONF)
+
+
+def _layout(bronze: DataFrame) -> int:
+    named = bronze.sparkSession.conf.get(LAYOUT_CONF, None)
+    return int(named) if named else STATE_LAYOUT
+
+
+def _grouped(parser: Format, bronze: DataFrame, layout: int) -> DataFrame:
+    """Each bronze row with its group (`GROUP`), and, for a message fed to every group, a copy
+    for each other group (`COPY` true)."""
+    if parser.related_by is None or layout < parser.split_since_layout:
+        return bronze.withColumn(GROUP, F.lit(0).cast("long")).withColumn(COPY, F.lit(False))
+    value = F.expr(parser.related_by)
+    own = F.coalesce(F.pmod(F.xxhash64(value), F.lit(BUCKETS)), F.lit(NO_VALUE_GROUP)).cast("long")
+    if parser.needed_by_all is None:
+        return bronze.withColumn(GROUP, own).withColumn(COPY, F.lit(False))
+    every = F.array(*[F.lit(g).cast("long") for g in [NO_VALUE_GROUP, *range(BUCKETS)]])
+    groups = F.when(F.expr(parser.needed_by_all), every).otherwise(F.array(own))
+    fed = bronze.select("*", F.posexplode(groups).alias("__nth", GROUP))
+    return fed.withColumn(COPY, F.col("__nth") > 0).drop("__nth")
 
 
 class _Step:
@@ -91,9 +137,15 @@ class _Step:
         held, context = _load(state)
         new = _bronze(frames)
         was_held = set(_refs(held))
-        rows = pa.concat_tables([held, new]).sort_by(_LANDING_ORDER) if held.num_rows else new.sort_by(_LANDING_ORDER)
+        if held.num_rows:
+            held = held.append_column(COPY, pa.array([False] * held.num_rows, pa.bool_()))
+            new = pa.concat_tables([held, new])
+        rows = new.sort_by(_LANDING_ORDER)
+        copies = rows.column(COPY).to_pylist()
+        rows = rows.drop_columns([COPY])
         messages = [m for batch in rows.to_batches() for m in messages_of(batch)]
         landed_refs = [m.ref for m in messages]
+        copied = {ref for ref, copy in zip(landed_refs, copies, strict=True) if copy}
         events = pa.Table.from_batches([self.parser.parse_all(messages, context)], schema=_event_arrow_schema())
         kinds = events.column("kind")
         is_held = pc.fill_null(pc.equal(kinds, KIND_HELD), False)
@@ -101,17 +153,16 @@ class _Step:
         for refs in events.filter(pc.invert(is_held)).column("related_refs").to_pylist():
             consumed.update(refs or ())
         waiting = {ref for ref in events.filter(is_held).column("bronze_ref").to_pylist() if ref not in consumed}
+        waiting -= copied  # held, if at all, by its own group
         still = rows.filter(pa.array([ref in waiting for ref in landed_refs], pa.bool_()))
-        # A message already held is reported once: its repeated `held` event is not emitted again.
-        repeated = pa.array(
-            [
-                held_now and ref in was_held
-                for held_now, ref in zip(is_held.to_pylist(), events.column("bronze_ref").to_pylist(), strict=True)
-            ],
-            pa.bool_(),
-        )
-        emitted = events.filter(pc.invert(repeated))
-        context += _context_events(emitted, self.parser.context_kinds)
+        # A message already held is reported once: its repeated `held` event is not emitted again;
+        # a copy's events are its own group's to emit.
+        refs = events.column("bronze_ref").to_pylist()
+        repeated = [held_now and ref in was_held for held_now, ref in zip(is_held.to_pylist(), refs, strict=True)]
+        learned = events.filter(pc.invert(pa.array(repeated, pa.bool_())))
+        context += _context_events(learned, self.parser.context_kinds)
+        own = [ref not in copied for ref in learned.column("bronze_ref").to_pylist()]
+        emitted = learned.filter(pa.array(own, pa.bool_()))
         state.update((_ipc(still), json.dumps(context)))
         yield emitted.to_pandas(maps_as_pydicts="strict")
 
@@ -132,9 +183,9 @@ def _bronze_arrow() -> pa.Schema:
 
 
 def _bronze(frames: Iterator[pd.DataFrame]) -> pa.Table:
-    """The group's new rows as bronze Arrow rows (pandas gives naive UTC times, and Python
-    objects for binaries and header lists)."""
-    schema = _bronze_arrow()
+    """The group's new rows as bronze Arrow rows, with their `COPY` mark (pandas gives naive
+    UTC times, and Python objects for binaries and header lists)."""
+    schema = _bronze_arrow().append(pa.field(COPY, pa.bool_()))
     tables = []
     for frame in frames:
         frame = frame.drop(columns=[GROUP])

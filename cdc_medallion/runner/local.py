@@ -46,6 +46,7 @@ from cdc_medallion.errors import (
     first_line,
     is_transient,
 )
+from cdc_medallion.formats.stateful import STATE_LAYOUT, planned_in_layout
 from cdc_medallion.runner import expectations as exp
 from cdc_medallion.runner.batches import BatchWriter, FlowResult, SharedBatchWriter, SharedMember
 from cdc_medallion.runner.event_log import EventLog
@@ -163,6 +164,23 @@ class _Checkpoint:
 
     def record(self, inputs: dict[str, Any]) -> None:
         _write_atomically(self.folder / "cdc_medallion_inputs.json", json.dumps(inputs, sort_keys=True))
+
+    @property
+    def state_layout(self) -> int:
+        """How its stateful operators split their messages (`stateful.STATE_LAYOUT`): as when it
+        was made; a checkpoint that ran before layouts were written down has layout 1."""
+        try:
+            return int((self.folder / "cdc_medallion_state_layout").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return 1 if (self.folder / "offsets").is_dir() else STATE_LAYOUT
+
+    def keep_state_layout(self) -> None:
+        """Write down the layout of a query about to start from it (once: it never changes)."""
+        path = self.folder / "cdc_medallion_state_layout"
+        if not path.is_file():
+            layout = self.state_layout
+            self.folder.mkdir(parents=True, exist_ok=True)
+            _write_atomically(path, str(layout))
 
 
 def _query_name(flows: list[AnyFlow]) -> str:
@@ -437,7 +455,8 @@ class LocalRunner:
         first = flows[0]
         query = _query_name(flows)
         reader = PlanReader(self, query)
-        with reading_with(reader):
+        layout = _Checkpoint(self.store.checkpoint(query)).state_layout
+        with reading_with(reader), planned_in_layout(self.spark, layout):
             rows = reader.read_stream(first.source) if isinstance(first, AutoCdcFlow) else first.query()
         if not rows.isStreaming:
             raise GraphError(f"flow {first.name} must read a stream (dp.read_stream or a source), it read only tables")
@@ -604,6 +623,7 @@ class LocalRunner:
         flows: list[AnyFlow],
     ) -> StreamingQuery:
         """Start the streaming query writing `rows` through `writer` from `checkpoint`."""
+        checkpoint.keep_state_layout()
         stream = rows.writeStream.foreachBatch(writer).option("checkpointLocation", str(checkpoint.folder))
         stream = stream.queryName(f"{self.conf.name}.{name}"[:200])
         trigger = {"processingTime": CONTINUOUS_INTERVAL} if self.continuous else {"availableNow": True}
