@@ -405,10 +405,11 @@ def test_sample_file_is_what_the_conf_reads():
 
 # --- on every core -------------------------------------------------------------------------------
 def test_a_batch_is_parsed_on_every_core_and_each_data_message_finds_its_metadata(spark, tmp_path):
-    """Data messages are split by messageSchemaId over the groups of the stateful operator and
-    every group sees every metadata message, so the groups' parses give the events of one whole
-    pass: a data message ahead of its metadata, a metadata message repeated (flagged once), one
-    whose metadata never comes (held once)."""
+    """Data messages are split over the groups of the stateful operator (by position, or by table
+    version and externalSchemaId) and every group sees every metadata message, so the groups'
+    parses give the events of one whole pass: a data message ahead of its metadata, a metadata
+    message repeated (flagged once), one whose metadata never comes (held once), each external
+    id's first sight."""
     from cdc_medallion.adhoc import adhoc_conf
     from cdc_medallion.formats.base import messages_of
     from cdc_medallion.formats.stateful import COPY, GROUP, STATE_LAYOUT, _grouped
@@ -441,7 +442,7 @@ def test_a_batch_is_parsed_on_every_core_and_each_data_message_finds_its_metadat
 
     fed = _grouped(parser, bronze, STATE_LAYOUT)
     own_groups = {r[GROUP] for r in fed.filter(~fed[COPY]).select(GROUP).collect()}
-    assert len(own_groups) >= 3  # the metadata's group and the buckets of at least two schema ids
+    assert len(own_groups) >= 3  # the metadata's group and at least two buckets of data messages
     metadata_messages = sum(1 for line in [*lines, *[json.dumps({"value": v}) for v in extra]] if '\\"MD\\"' in line)
     assert fed.filter(fed[COPY]).count() == metadata_messages * 16  # each in every other group
 
@@ -477,8 +478,8 @@ def test_a_checkpoint_from_before_the_split_keeps_parsing_in_one_group(spark, st
     waiting = data_message("INSERT", {**ROW, "emp_no": 7}, change_mask="0F").replace(SCHEMA_ID, "LATER")
     first = [fixture(METADATA), data_message("INSERT", ROW, change_mask="0F"), waiting]
 
-    def lines(values: list[str]) -> str:  # schema id "A": a bucket of its own, not group 0
-        return "".join(json.dumps(json.loads(v.replace(SCHEMA_ID, "A"))) + "\n" for v in values)
+    def lines(values: list[str]) -> str:
+        return "".join(json.dumps(json.loads(v)) + "\n" for v in values)
 
     (folder / "1.jsonl").write_text(lines(first), encoding="utf-8")
     spark.conf.set(LAYOUT_CONF, "1")  # the run of a version that parsed Qlik in one group
@@ -490,6 +491,8 @@ def test_a_checkpoint_from_before_the_split_keeps_parsing_in_one_group(spark, st
     assert (silver_checkpoint / "cdc_medallion_state_layout").read_text() == "2"  # a new checkpoint's
     (silver_checkpoint / "cdc_medallion_state_layout").unlink()  # that version wrote none
 
+    # Split, the update would go by its position (2.jsonl:0) to a bucket other than group 0, where
+    # the old state and its catalog are: there it would wait for metadata that came long ago.
     update = data_message("UPDATE", {**ROW, "salary": 50000}, ROW, "02", "0F", "20180413201358280000000000000000020")
     second = [update, json.dumps(later)]
     (folder / "2.jsonl").write_text(lines(second), encoding="utf-8")
