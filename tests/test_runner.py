@@ -439,6 +439,85 @@ def test_an_update_with_nothing_new_does_not_build_the_queries_of_a_shared_query
     assert sorted(r["id"] for r in read_rows(spark, storage, "even_2")) == [2, 4]
 
 
+# Members of one shared query over a streaming table, each counting the calls of its query
+# function: four by the remainder of `id`, with a second filter each; one that filters on a
+# computed column, which a batch cannot judge before building its rows.
+COUNTED_MEMBERS = """
+@dp.table(name="typed")
+def typed():
+    return dp.read_stream("changes")
+
+def counted(name, rows):
+    open(CALLS, "a").write(name + "\\n")
+    return rows
+
+def member(name, feed, except_columns=("op",)):
+    dp.temporary_view(name=f"{name}_changes")(feed)
+    dp.create_streaming_table(name)
+    dp.create_auto_cdc_flow(target=name, source=f"{name}_changes", keys=["id"], sequence_by="seq",
+                            except_column_list=list(except_columns))
+
+for rest in range(4):
+    def feed(rest=rest):
+        rows = dp.read_stream("typed").filter(F.col("id") % 4 == rest).filter("name IS NOT NULL")
+        return counted(f"r{rest}", rows)
+
+    member(f"r{rest}", feed)
+
+def long_feed():
+    return counted("long", dp.read_stream("typed").withColumn("size", F.length("name")).filter("size > 3"))
+
+member("long", long_feed, ("op", "size"))
+"""
+
+
+def _calls(path: Path) -> dict[str, int]:
+    names = path.read_text(encoding="utf-8").split() if path.exists() else []
+    return {name: names.count(name) for name in sorted(set(names))}
+
+
+def test_a_shared_batch_builds_only_the_members_its_rows_can_reach(spark, tmp_path):
+    """A member of a shared query whose filters on the stream's own columns no row of a batch
+    passes has no rows in it: its query function is not run on that batch (over hundreds of
+    tables, building every member's rows only to find them empty was most of a small update).
+    One whose filter reads a computed column is always run; every row still reaches its table."""
+    calls = tmp_path / "calls"
+    body = f"CALLS = {str(calls)!r}\n" + COUNTED_MEMBERS
+    runner, storage = make_pipeline(tmp_path, body, [row(1, 1, "ann"), row(2, 2, "bob"), row(3, 3, "cyd")])
+    runner.update()
+    # Each planned once, then run on the batch if it may have rows there: r0 has none.
+    assert _calls(calls) == {"long": 2, "r0": 1, "r1": 2, "r2": 2, "r3": 2}
+
+    calls.unlink()
+    append(tmp_path, [row(5, 4, "dora"), row(6, 5, None), row(9, 6, "ed")])  # remainders 1, 2 (no name), 1
+    runner.update()
+    assert _calls(calls) == {"long": 2, "r0": 1, "r1": 2, "r2": 1, "r3": 1}
+    assert sorted(r["id"] for r in read_rows(spark, storage, "r1")) == [1, 5, 9]
+    assert sorted(r["id"] for r in read_rows(spark, storage, "r2")) == [2]
+    assert sorted(r["id"] for r in read_rows(spark, storage, "long")) == [5]
+
+
+def test_a_member_whose_filter_fails_on_a_shared_batch_fails_alone(spark, tmp_path):
+    """The look that finds which members a batch feeds evaluates every member's filters on every
+    row. When it fails (here a member's cast fails on a name, as it does in that member's own
+    rows), each member builds its rows as before: the failing member fails and leaves the
+    shared query, the others apply the batch."""
+    calls = tmp_path / "calls"
+    numbered = 'member("numbered", lambda: dp.read_stream("typed").filter("CAST(name AS INT) > 0"))\n'
+    body = f"CALLS = {str(calls)!r}\n" + COUNTED_MEMBERS + numbered
+    runner, storage = make_pipeline(tmp_path, body, [row(1, 1, "7"), row(2, 2, "8")])
+    runner.update()
+    assert sorted(r["id"] for r in read_rows(spark, storage, "numbered")) == [1, 2]
+
+    append(tmp_path, [row(3, 3, "cy"), row(4, 4, "9")])  # "cy" is no number
+    result = runner.update(raise_failures=False)
+    assert list(result.failures) == ["numbered"], result.failures
+    assert "CAST_INVALID_INPUT" in str(result.failures["numbered"].__cause__ or result.failures["numbered"])
+    assert sorted(r["id"] for r in read_rows(spark, storage, "r3")) == [3]
+    assert sorted(r["id"] for r in read_rows(spark, storage, "r0")) == [4]
+    assert sorted(r["id"] for r in read_rows(spark, storage, "numbered")) == [1, 2]
+
+
 def test_a_run_with_nothing_new_commits_the_event_log_once_with_both_updates(spark, tmp_path):
     """A run is two updates (bronze and silver, then all of it); the first, when it wrote nothing,
     hands its events to the second, so an idle run commits the event log once, and both updates

@@ -260,14 +260,17 @@ class SharedMember:
     name: str  # the name of the query it would have of its own (its checkpoint's)
     writer: BatchWriter
     rows: Callable[[DataFrame], DataFrame]
+    #: What a batch row must satisfy to yield one of its rows (`sharing.stream_filter`); None: unknown.
+    stream_filter: Column | None = None
 
 
 @dataclass
 class SharedBatchWriter:
     """The `foreachBatch` function of a shared query: the batch is read once and cached, and
     each member writes its own rows of it under its own `Txn` (so a replayed batch skips, member
-    by member, what committed). A member whose rows have nothing in this batch costs one look; a
-    member that fails leaves the query (`on_failure`) and the others go on."""
+    by member, what committed). One job finds the members whose stream filter some row of the
+    batch passes (`fed`); only those, and those without one, build their rows, and those rows may
+    still be none. A member that fails leaves the query (`on_failure`) and the others go on."""
 
     query: str
     members: list[SharedMember]
@@ -285,7 +288,10 @@ class SharedBatchWriter:
         self.batches += 1
         cached = batch.persist(StorageLevel.MEMORY_AND_DISK)
         try:
+            fed = self.fed(cached)
             for member in list(self.members):
+                if member.name not in fed:
+                    continue
                 try:
                     rows = member.rows(cached)
                     if not rows.isEmpty():
@@ -297,6 +303,21 @@ class SharedBatchWriter:
             cached.unpersist()
         self.last_batch_ended = time.monotonic()
         commit_point(f"after batch {batch_id} of {self.query}")  # written, not yet in the checkpoint
+
+    def fed(self, batch: DataFrame) -> set[str]:
+        """The names of the members `batch` may have rows for: those without a stream filter, and
+        those whose filter one of its rows passes. If that one job fails (a filter that raises on
+        a row its member never reaches, say), every member looks for itself, as without filters."""
+        filtered = [m for m in self.members if m.stream_filter is not None]
+        names = {m.name for m in self.members}
+        if len(filtered) < 2:  # the look replaces each member's own, which is as cheap for one
+            return names
+        try:
+            found = batch.select(*[F.bool_or(m.stream_filter).alias(f"m{i}") for i, m in enumerate(filtered)]).first()
+        except Exception:
+            return names
+        assert found is not None  # an aggregate without grouping has one row
+        return names - {m.name for m, passed in zip(filtered, found, strict=True) if passed is not True}
 
 
 def _by_feed(flows: Sequence[AnyFlow], results: Sequence[FlowResult]) -> list[list[tuple[AutoCdcFlow, FlowResult]]]:

@@ -52,7 +52,7 @@ from cdc_medallion.runner.batches import BatchWriter, FlowResult, SharedBatchWri
 from cdc_medallion.runner.event_log import EventLog
 from cdc_medallion.runner.graph import Graph, load_graph
 from cdc_medallion.runner.reader import BatchReader, Inputs, PlanReader
-from cdc_medallion.runner.sharing import Members, row_by_row
+from cdc_medallion.runner.sharing import Members, row_by_row, stream_filter
 from cdc_medallion.sources.files import FileLanding
 from cdc_medallion.spark import get_spark
 from cdc_medallion.storage.delta_store import DeltaStore
@@ -251,6 +251,7 @@ class LocalRunner:
         self._plans: dict[str, _Plan] = {}  # planned while looking for sharers, kept for their turn
         self._joining: list[tuple[str, _Plan]] = []  # (stream, plan) run on their own beside a shared query
         self._members: dict[str, str] | None = None  # query name -> the stream it is a shared member of
+        self._streams: dict[str, DataFrame] = {}  # Delta streams as this update's queries read them (`stream`)
         self.partial_graph = False
         self.land = True
         self._interrupted = False  # set by Ctrl-C in continuous mode, before Spark cancels the jobs
@@ -294,7 +295,7 @@ class LocalRunner:
             self.log.emit("create_update", f"update {update_id} started", {"full_refresh": full_refresh})
             self._done, self._flows_run, self.continuous, self._running_queries = set(), set(), continuous, []
             self._interrupted = False
-            self._failed, self._plans, self._joining, self._members = {}, {}, [], None
+            self._failed, self._plans, self._joining, self._members, self._streams = {}, {}, [], None, {}
             self.partial_graph, self.land = partial_graph, land or continuous
             try:
                 with using_conf(self.conf):  # query functions may read the conf while they run
@@ -491,6 +492,16 @@ class LocalRunner:
                 self._plans[flows[0].name] = plan
         return found
 
+    def stream(self, name: str) -> DataFrame:
+        """Delta table `name` as a stream, one DataFrame for every query of this update that reads
+        it (once): their plans then name its columns alike, as does a batch of a query over it,
+        so a shared query can tell from its members' plans which of them a batch feeds
+        (`sharing.stream_filter`)."""
+        rows = self._streams.get(name)
+        if rows is None:
+            rows = self._streams[name] = self.store.read_stream(name, self.stream_options())
+        return rows
+
     def _shared_folder(self, stream: str) -> Path:
         return self.store.checkpoint(f"shared__{stream}")
 
@@ -517,6 +528,7 @@ class LocalRunner:
         if not self.continuous and checkpoint.caught_up_with(inputs):
             return  # nothing new since it last caught up: not started
         fresh = not (folder / "offsets").is_dir()
+        rows = self.stream(stream)
         shared_members = []
         for plan in served:
             first = plan.flows[0]
@@ -530,11 +542,11 @@ class LocalRunner:
                 view,
                 fresh and view is not None and self.store.exists(f"{view.name}_quarantine"),
             )
-            shared_members.append(SharedMember(plan.name, writer, self._batch_rows(stream, plan.flows)))
+            member_rows = self._batch_rows(stream, plan.flows)
+            shared_members.append(SharedMember(plan.name, writer, member_rows, stream_filter(plan.rows, rows)))
         name = f"shared__{stream}"
         writer = SharedBatchWriter(name, shared_members, lambda member: None)
         writer.on_failure = lambda member, error: self._member_failed(members, member, error)
-        rows = self.store.read_stream(stream, self.stream_options())
         flows = [f for plan in served for f in plan.flows]
         try:
             self._launch(name, rows, writer, checkpoint, flows, inputs)

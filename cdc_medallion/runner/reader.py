@@ -51,8 +51,9 @@ class PlanReader:
         if dataset.is_view:
             return self._view(dataset)
         self._fresh(name)
+        again = name in self.inputs.streams  # a self-join reads it twice: its sides differ
         self.inputs.streams.append(name)
-        return self.runner.store.read_stream(name, self.runner.stream_options())
+        return self.runner.store.read_stream(name, self.runner.stream_options()) if again else self.runner.stream(name)
 
     def read(self, name: str) -> DataFrame:
         dataset = self.runner.graph.dataset(name)

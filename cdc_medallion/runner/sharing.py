@@ -13,6 +13,12 @@ to a stream whose shared query already ran runs in a query of its own first (rea
 from its start, as any new flow); it joins at the end of an update in which both caught up with
 the same version of the stream. A member whose batch fails leaves at once (the file records it
 before the batch commits): it reads the stream again from the start in its own query next time.
+
+A member's query function runs on each batch, and with hundreds of members building them all
+only to find most empty was most of a small update. So each member's plan also yields its
+*stream filter* (`stream_filter`): the filters its rows pass while they are still the stream's
+own rows. A member none of whose batch rows passes it has no rows, so a batch first finds, in one
+job, which members' filters any of its rows pass, and builds only those members' rows.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import json
 import os
 from pathlib import Path
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 
 #: Logical plan operators that act on each row alone: a query built only of these gives the same
 #: rows whether it runs on a stream or on each of its micro-batches.
@@ -59,6 +65,51 @@ def operators(rows: DataFrame) -> set[str]:
 
 def row_by_row(rows: DataFrame) -> bool:
     return operators(rows) <= ROW_BY_ROW_OPERATORS
+
+
+#: Operators that keep a stream row's own columns as they are (a filter drops rows, a
+#: projection may add columns): a filter above only these still reads the stream's columns.
+_KEEPS_STREAM_COLUMNS = frozenset({"Filter", "Project", "SubqueryAlias"})
+
+
+def stream_filter(rows: DataFrame, stream: DataFrame) -> Column | None:
+    """What each row of `stream` that becomes one of `rows` satisfies (None: nothing known).
+
+    The filters of `rows`' plan that read only `stream`'s own columns, from the stream up to the
+    first operator that is not a filter or a projection, or to the first filter that reads a
+    computed column or is nondeterministic. They are combined with AND in the order the plan
+    applies them, which evaluates left to right, so a filter that guards a later one (`x <> 0`,
+    then `1 / x > 1`) still guards it.
+
+    Only a necessary condition: a batch row that fails it yields no row of `rows`, one that
+    passes may yield none. `rows` must read the stream through `stream` itself: its columns are
+    then `stream`'s, and a micro-batch of a query over `stream` keeps them."""
+    node = rows._jdf.queryExecution().analyzed()
+    chain = []
+    while node.children().size() == 1:
+        chain.append(node)
+        node = node.children().apply(0)
+    if node.children().size() != 0:
+        return None
+    own = stream._jdf.queryExecution().analyzed().outputSet()
+    conditions = []
+    for step in reversed(chain):  # from the stream up
+        name = str(step.nodeName())
+        if name not in _KEEPS_STREAM_COLUMNS:
+            break
+        if name == "Filter":
+            condition = step.condition()
+            if not condition.deterministic() or not condition.references().subsetOf(own):
+                break
+            conditions.append(condition)
+    if not conditions:
+        return None
+    jvm = rows.sparkSession._jvm
+    combined = conditions[0]
+    for condition in conditions[1:]:
+        combined = jvm.org.apache.spark.sql.catalyst.expressions.And(combined, condition)
+    node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(combined)
+    return Column(jvm.org.apache.spark.sql.Column(node))
 
 
 class Members:
