@@ -307,7 +307,7 @@ class SharedBatchWriter:
     def fed(self, batch: DataFrame) -> set[str]:
         """The names of the members `batch` may have rows for: those without a stream filter, and
         those whose filter one of its rows passes. If that one job fails (a filter that raises on
-        a row its member never reaches, say), every member looks for itself, as without filters."""
+        some row), every member looks for itself, as without filters, so a failure stays its own."""
         filtered = [m for m in self.members if m.stream_filter is not None]
         names = {m.name for m in self.members}
         if len(filtered) < 2:  # the look replaces each member's own, which is as cheap for one

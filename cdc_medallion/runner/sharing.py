@@ -94,10 +94,10 @@ def stream_filter(rows: DataFrame, stream: DataFrame) -> Column | None:
     own = stream._jdf.queryExecution().analyzed().outputSet()
     conditions = []
     for step in reversed(chain):  # from the stream up
-        name = str(step.nodeName())
-        if name not in _KEEPS_STREAM_COLUMNS:
+        operator = str(step.nodeName())
+        if operator not in _KEEPS_STREAM_COLUMNS:
             break
-        if name == "Filter":
+        if operator == "Filter":
             condition = step.condition()
             if not condition.deterministic() or not condition.references().subsetOf(own):
                 break
@@ -108,8 +108,8 @@ def stream_filter(rows: DataFrame, stream: DataFrame) -> Column | None:
     combined = conditions[0]
     for condition in conditions[1:]:
         combined = jvm.org.apache.spark.sql.catalyst.expressions.And(combined, condition)
-    node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(combined)
-    return Column(jvm.org.apache.spark.sql.Column(node))
+    column_node = jvm.org.apache.spark.sql.classic.ExpressionColumnNode.apply(combined)
+    return Column(jvm.org.apache.spark.sql.Column(column_node))
 
 
 class Members:
