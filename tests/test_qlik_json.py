@@ -441,6 +441,11 @@ def test_a_batch_is_parsed_on_every_core_and_each_data_message_finds_its_metadat
     bronze = spark.createDataFrame(landed, schema=BRONZE_SCHEMA)
 
     fed = _grouped(parser, bronze, STATE_LAYOUT)
+    assert fed.columns == [*bronze.columns, GROUP, COPY]
+    # the envelope is parsed once per message, not once per field the split reads (over a
+    # repartition: Spark would compute a projection of local rows while it plans it)
+    plan = _grouped(parser, bronze.repartition(1), STATE_LAYOUT)._jdf.queryExecution().executedPlan()
+    assert plan.toString().count("from_json(") == 1
     own_groups = {r[GROUP] for r in fed.filter(~fed[COPY]).select(GROUP).collect()}
     assert len(own_groups) >= 3  # the metadata's group and at least two buckets of data messages
     metadata_messages = sum(1 for line in [*lines, *[json.dumps({"value": v}) for v in extra]] if '\\"MD\\"' in line)

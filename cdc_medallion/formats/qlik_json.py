@@ -291,7 +291,7 @@ _ENVELOPE = (
     "from_json(CAST(value AS STRING), 'type STRING, tableStructure STRING, messageSchemaId STRING,"
     " headers STRUCT<externalSchemaId: STRING>, message STRUCT<headers: STRUCT<externalSchemaId: STRING>>')"
 )
-_EXTERNAL_ID = f"coalesce({_ENVELOPE}.message.headers.externalSchemaId, {_ENVELOPE}.headers.externalSchemaId)"
+_EXTERNAL_ID = "coalesce(__envelope.message.headers.externalSchemaId, __envelope.headers.externalSchemaId)"
 
 
 @dataclass
@@ -327,8 +327,9 @@ class QlikJson(Format):
     related_by: ClassVar[str | None] = f"""
         CASE WHEN {_EXTERNAL_ID} IS NULL
         THEN concat_ws('/', _file, CAST(_line AS STRING), topic, CAST(partition AS STRING), CAST(offset AS STRING))
-        ELSE concat_ws('/', coalesce({_ENVELOPE}.messageSchemaId, topic), {_EXTERNAL_ID}) END"""
-    needed_by_all: ClassVar[str | None] = f"{_ENVELOPE}.type = 'MD' OR {_ENVELOPE}.tableStructure IS NOT NULL"
+        ELSE concat_ws('/', coalesce(__envelope.messageSchemaId, topic), {_EXTERNAL_ID}) END"""
+    needed_by_all: ClassVar[str | None] = "__envelope.type = 'MD' OR __envelope.tableStructure IS NOT NULL"
+    split_envelope: ClassVar[str | None] = _ENVELOPE
     split_since_layout: ClassVar[int] = 2
     options = QlikJsonOptions
     settings: QlikJsonOptions

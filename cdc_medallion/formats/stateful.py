@@ -60,6 +60,7 @@ STATE_LAYOUT = 2
 LAYOUT_CONF = "cdc_medallion.state.layout"
 GROUP = "__group"
 COPY = "__copy"  # fed to this group to learn from: its events are not emitted here
+ENVELOPE = "__envelope"  # `Format.split_envelope`, while the groups are worked out
 STATE_SCHEMA = StructType([StructField("held", BinaryType()), StructField("context", StringType())])
 #: The fields of a context event the parsers read (Qlik metadata, IBM transaction markers).
 CONTEXT_FIELDS = ("kind", "source_schema", "source_table", "sequence", "detail", "flags", "bronze_ref")
@@ -113,14 +114,15 @@ def _grouped(parser: Format, bronze: DataFrame, layout: int) -> DataFrame:
     for each other group (`COPY` true)."""
     if parser.related_by is None or layout < parser.split_since_layout:
         return bronze.withColumn(GROUP, F.lit(0).cast("long")).withColumn(COPY, F.lit(False))
+    rows = bronze if parser.split_envelope is None else bronze.withColumn(ENVELOPE, F.expr(parser.split_envelope))
     value = F.expr(parser.related_by)
     own = F.coalesce(F.pmod(F.xxhash64(value), F.lit(BUCKETS)), F.lit(NO_VALUE_GROUP)).cast("long")
     if parser.needed_by_all is None:
-        return bronze.withColumn(GROUP, own).withColumn(COPY, F.lit(False))
+        return rows.withColumn(GROUP, own).withColumn(COPY, F.lit(False)).drop(ENVELOPE)
     every = F.array(*[F.lit(g).cast("long") for g in [NO_VALUE_GROUP, *range(BUCKETS)]])
     groups = F.when(F.expr(parser.needed_by_all), every).otherwise(F.array(own))
-    fed = bronze.select("*", F.posexplode(groups).alias("__nth", GROUP))
-    return fed.withColumn(COPY, F.col("__nth") > 0).drop("__nth")
+    fed = rows.select("*", F.posexplode(groups).alias("__nth", GROUP))
+    return fed.withColumn(COPY, F.col("__nth") > 0).drop("__nth", ENVELOPE)
 
 
 class _Step:
