@@ -37,7 +37,7 @@ OP, SEQUENCE, PRESENT, CAST_ERRORS, EVENT_TS, BRONZE_REF = (
     "__bronze_ref",
 )
 META_COLUMNS = (OP, SEQUENCE, PRESENT, CAST_ERRORS, EVENT_TS, BRONZE_REF)
-IMAGE, OLD_KEY = "__image", "__old_key"  # working columns of `changes`, not in its output
+IMAGE = "__image"  # a working column of `changes`, not in its output
 
 
 _TRUE, _FALSE = "('true', 't', '1', 'y', 'yes')", "('false', 'f', '0', 'n', 'no')"
@@ -82,23 +82,21 @@ def changes(events: DataFrame, table: TableConf) -> DataFrame:
     where = f"kind = {sql_text(KIND_CHANGE)} AND lower(source_table) = {sql_text(name_part.lower())}"
     if schema_part:
         where += f" AND lower(coalesce(source_schema, source_db)) = {sql_text(schema_part.lower())}"
-    selected = events.filter(where).select("op", "before", "after", "sequence", "event_ts", "bronze_ref")
-    # An update that changes the primary key also deletes the row under its old key.
+    # Each event with the row image its columns read, chosen once (each column's value and its
+    # cast check read it); an update that changes the primary key also deletes the row under
+    # its old key, as a second row. One generator, not a projection per step: Spark analyzes
+    # each projection anew, and every update plans this view for every table.
+    image = f"CASE WHEN op = {sql_text(OP_DELETE)} THEN before ELSE after END"
+    event = f"array(named_struct('op', op, '{IMAGE}', {image}))"
     moved = " OR ".join(
         f"(before[{sql_text(k)}] IS NOT NULL AND after[{sql_text(k)}] IS NOT NULL"
         f" AND before[{sql_text(k)}] <> after[{sql_text(k)}])"
         for k in table.keys
     )
     if moved:
-        selected = with_old_keys(selected, f"op = {sql_text(OP_UPDATE)} AND ({moved})")
-    # The row image, chosen once: each column's value and its cast check read it.
-    selected = selected.selectExpr(
-        "op",
-        "sequence",
-        "event_ts",
-        "bronze_ref",
-        f"CASE WHEN op = {sql_text(OP_DELETE)} THEN before ELSE after END AS {IMAGE}",
-    )
+        old_key = f"array_append({event}, named_struct('op', {sql_text(OP_DELETE)}, '{IMAGE}', before))"
+        event = f"CASE WHEN op = {sql_text(OP_UPDATE)} AND ({moved}) THEN {old_key} ELSE {event} END"
+    selected = events.filter(where).selectExpr(f"inline({event})", "sequence", "event_ts", "bronze_ref")
     columns, failures = [], []
     for name, spark_type in table.columns.items():
         raw = f"{IMAGE}[{sql_text(check_column(name, f'column of {table.table}'))}]"
@@ -119,19 +117,6 @@ def changes(events: DataFrame, table: TableConf) -> DataFrame:
         f"CAST({cast_errors} AS array<string>) AS {CAST_ERRORS}",
         f"event_ts AS {EVENT_TS}",
         f"bronze_ref AS {BRONZE_REF}",
-    )
-
-
-def with_old_keys(events: DataFrame, moved: str) -> DataFrame:
-    """Each event, followed by a DELETE copy of those for which `moved` holds.
-
-    Made by exploding each row rather than by a union with a filtered copy of the input, which
-    would read the silver batch twice.
-    """
-    copies = f"explode(CASE WHEN {moved} THEN array(false, true) ELSE array(false) END) AS {OLD_KEY}"
-    rest = [c for c in events.columns if c != "op"]
-    return events.selectExpr("*", copies).selectExpr(
-        f"CASE WHEN {OLD_KEY} THEN {sql_text(OP_DELETE)} ELSE op END AS op", *rest
     )
 
 
