@@ -72,8 +72,8 @@ class Format(abc.ABC):
     needed_by_all: ClassVar[str | None] = None
     #: For a format split by `related_by`: a Spark SQL expression over the bronze row that
     #: `related_by` and `needed_by_all` read as the column `__envelope` (Qlik's envelope). Spark
-    #: parses a `from_json` once per field read, so an envelope read in five places is parsed
-    #: once only as a column of its own.
+    #: prunes each `from_json` to the one field read where it is spelled, so an envelope spelled
+    #: inline is parsed once per field read (seven times a Qlik message); a column, once.
     split_envelope: ClassVar[str | None] = None
     #: The state layout (`stateful.STATE_LAYOUT`) from which this format is split by `related_by`;
     #: a query whose checkpoint is older keeps it in the one group it began with.

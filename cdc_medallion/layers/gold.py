@@ -94,8 +94,8 @@ def changes(events: DataFrame, table: TableConf) -> DataFrame:
         for k in table.keys
     )
     if moved:
-        old_key = f"array_append({event}, named_struct('op', {sql_text(OP_DELETE)}, '{IMAGE}', before))"
-        event = f"CASE WHEN op = {sql_text(OP_UPDATE)} AND ({moved}) THEN {old_key} ELSE {event} END"
+        with_old_key = f"array_append({event}, named_struct('op', {sql_text(OP_DELETE)}, '{IMAGE}', before))"
+        event = f"CASE WHEN op = {sql_text(OP_UPDATE)} AND ({moved}) THEN {with_old_key} ELSE {event} END"
     selected = events.filter(where).selectExpr(f"inline({event})", "sequence", "event_ts", "bronze_ref")
     columns, failures = [], []
     for name, spark_type in table.columns.items():
