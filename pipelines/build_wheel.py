@@ -50,7 +50,7 @@ def stamped_pyproject(text: str, version: str) -> str:
     declared = tomllib.loads(text)["project"]["version"]
     stamped, count = _VERSION_LINE.subn(lambda m: m.group(1) + version + m.group(3), text)
     if count != 1 or tomllib.loads(stamped)["project"]["version"] != version:
-        raise SystemExit(f"build_wheel: pyproject.toml must hold one `version = \"{declared}\"` line, found {count}")
+        raise SystemExit(f'build_wheel: pyproject.toml must hold one `version = "{declared}"` line, found {count}')
     return stamped
 
 

@@ -188,7 +188,7 @@ def kafka_options(
         "startingOffsets": resolve(settings.starting_offsets, "starting_offsets"),
         "includeHeaders": "true",
     }
-    options["maxOffsetsPerTrigger"] = _batch_bound(source.name, resolve, settings.max_offsets_per_trigger)
+    options["maxOffsetsPerTrigger"] = _resolved_bound(source.name, resolve, settings.max_offsets_per_trigger)
     if settings.fail_on_data_loss is not None:
         options["failOnDataLoss"] = resolve(settings.fail_on_data_loss, "fail_on_data_loss")
     if settings.security_protocol is not None:
@@ -213,7 +213,7 @@ def kafka_options(
     return options
 
 
-def _batch_bound(source: str, resolve: Resolver, bound: int | str) -> str:
+def _resolved_bound(source: str, resolve: Resolver, bound: int | str) -> str:
     """`maxOffsetsPerTrigger`: the setting (its default when the conf sets none), a reference
     resolved and checked here, where its value is first known, so no source reads unbounded."""
     text = resolve(bound, "max_offsets_per_trigger")
