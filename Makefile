@@ -12,10 +12,14 @@ export SPARK_LOCAL_IP := 127.0.0.1
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# pyproject.toml declares ranges (the wheel is installed on Databricks); constraints.txt holds the
+# exact version of every package, transitive ones included, so every setup is the same environment.
+CONSTRAINTS := constraints.txt
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
 	$(BIN)/python -m cdc_medallion.jars  # Delta Lake, Spark's Kafka and Avro jars from Maven Central, cached
 	$(BIN)/python -m cdc_medallion.class_archive  # the driver JVM's classes, archived once (a quarter off a cold start's CPU)
 	touch $(STAMP)
@@ -67,7 +71,7 @@ BENCH_N ?= 1000000
 BENCH_STAMP := $(VENV)/.bench-installed
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

@@ -36,6 +36,7 @@ from cdc_medallion.model import BRONZE_SCHEMA, EVENT_SCHEMA
 from cdc_medallion.quality.rules import load_rules
 from cdc_medallion.runner.graph import Graph, load_graph, transformation_files
 from cdc_medallion.sources.kafka import kafka_options, parse_kafka, to_bronze
+from cdc_medallion.sources.kafka_settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER
 from tests.databricks_standins import STANDINS, Recorder, pipelines_standin
 
 REPO = Path(__file__).resolve().parent.parent
@@ -600,6 +601,7 @@ def test_msk_iam_through_a_unity_catalog_service_credential():
         "subscribePattern": "shop\\.public\\..*",
         "startingOffsets": "earliest",
         "includeHeaders": "true",
+        "maxOffsetsPerTrigger": str(DEFAULT_MAX_OFFSETS_PER_TRIGGER),  # none set: the default bounds it
         "databricks.serviceCredential": "msk-reader",
         "databricks.serviceCredential.scope": "https://msk.example/.default",
     }
