@@ -13,6 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import functions as F
 
 from cdc_medallion.formats import get_format
@@ -226,3 +227,32 @@ def test_a_pipeline_with_the_native_parse_gives_the_fixture_s_expected_gold(spar
     assert len(gold_rows(spark, storage, "products", 2)) == versions
     silver = read_rows(spark, storage, "silver_debezium_json")
     assert len(silver) == 16 and {r["kind"] for r in silver} == {"change"}
+
+
+@pytest.mark.parametrize("partial_results", ["true", "false"])
+def test_the_native_parse_is_as_strict_whatever_the_json_partial_results_setting(spark, partial_results):
+    """A member of the wrong JSON type sends its message to Python under either setting of
+    `spark.sql.json.enablePartialResults` (on Spark Connect a query function may set none, so the
+    parse cannot choose it): `from_json`'s corrupt-record column marks the message either way."""
+    record = envelope_insert()
+    document = json.loads(record["value"])
+    payload = document["payload"]
+    wrong_types = [
+        {**payload, "after": "x"},
+        {**payload, "source": [1]},
+        {**payload, "before": [1], "op": "u"},
+        {**payload, "source": {**payload["source"], "lsn": {"a": 1}}},
+    ]
+    records = [{"value": json.dumps({**document, "payload": bent})} for bent in wrong_types]
+    records += variants(record)
+    key = "spark.sql.json.enablePartialResults"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, partial_results)
+    try:
+        parser = get_format("debezium-json")("test", {"native_parse": True})
+        bronze = spark.createDataFrame(bronze_rows(records), BRONZE_SCHEMA)
+        taken = [row["_native"] is not None for row in native_events(parser, bronze).orderBy("offset").collect()]
+        assert taken[: len(wrong_types)] == [False] * len(wrong_types)
+        assert differences(events_by_message(spark, records, True), events_by_message(spark, records, False)) == []
+    finally:
+        spark.conf.unset(key) if before is None else spark.conf.set(key, before)

@@ -54,7 +54,7 @@ from cdc_medallion.runner.graph import Graph, load_graph
 from cdc_medallion.runner.reader import BatchReader, Inputs, PlanReader
 from cdc_medallion.runner.sharing import Members, row_by_row, stream_filter
 from cdc_medallion.sources.files import FileLanding
-from cdc_medallion.spark import get_spark
+from cdc_medallion.spark import get_spark, parse_over_cores
 from cdc_medallion.storage.delta_store import DeltaStore
 
 Progress = Callable[[str], None]
@@ -457,6 +457,7 @@ class LocalRunner:
         query = _query_name(flows)
         reader = PlanReader(self, query)
         layout = _Checkpoint(self.store.checkpoint(query)).state_layout
+        parse_over_cores(self.spark)  # settings the query functions read: they set none (Spark Connect)
         with reading_with(reader), planned_in_layout(self.spark, layout):
             rows = reader.read_stream(first.source) if isinstance(first, AutoCdcFlow) else first.query()
         if not rows.isStreaming:
