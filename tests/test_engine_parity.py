@@ -99,12 +99,14 @@ def debezium_lines() -> list[str]:
         _debezium("u", "customers", 104, after={"id": 1, "email": "a2@x", "name": None, "bio": UNAVAILABLE}),
         _debezium("d", "customers", 105, before={**bob, "email": "b2@x"}),
         _debezium("c", "customers", 106, after={"id": 2, "email": "c@x", "name": "Bob", "bio": None}),
+        # only the untracked bio changes: the open version is updated in place (SCD2)
+        _debezium("u", "customers", 107, after={"id": 1, "email": "a2@x", "name": None, "bio": "Ann's new bio"}),
         _debezium("c", "orders", 110, after={"id": 10, "item": "x"}),
         _debezium("c", "orders", 111, after={"id": 11, "item": "y"}),
         _debezium("t", "orders", 112),
         _debezium("c", "orders", 113, after={"id": 12, "item": "z"}),
     ]
-    order = [3, 0, 6, 1, 4, 2, 5, 8, 10, 7, 9]  # landed out of order: the lsn orders them
+    order = [3, 0, 7, 6, 1, 4, 2, 5, 9, 11, 8, 10]  # landed out of order: the lsn orders them
     return [lines[i] for i in order]
 
 
@@ -230,7 +232,7 @@ def test_the_messages_hold_what_the_engines_could_disagree_on(spark, parity):
     """The gold both engines agree on is what the messages mean (so agreement is not vacuous)."""
     storage = parity["storage"]
     customers = {r["id"]: r for r in read_rows(spark, storage, "gold_customers")}
-    assert (customers[1]["email"], customers[1]["name"], customers[1]["bio"]) == ("a2@x", None, "Ann's long bio")
+    assert (customers[1]["email"], customers[1]["name"], customers[1]["bio"]) == ("a2@x", None, "Ann's new bio")
     assert (customers[2]["email"], customers[2]["bio"]) == ("c@x", None)  # re-inserted: nothing carried over
     emp = {r["EMP_ID"]: r for r in read_rows(spark, storage, "gold_emp")}
     assert list(emp) == [1] and (emp[1]["CITY"], emp[1]["BONUS"], emp[1]["NAME"]) == ("Bergen", None, "Ann")
@@ -238,5 +240,13 @@ def test_the_messages_hold_what_the_engines_could_disagree_on(spark, parity):
     assert (salary["emp_no"], salary["salary"], str(salary["to_date"])) == (7, None, "2020-12-31")
     assert [r["id"] for r in read_rows(spark, storage, "gold_orders")] == [12]
     assert [r["TITLE"] for r in read_rows(spark, storage, "gold_dept")] == ["Sales"]
+    ann = sorted(
+        (r for r in read_rows(spark, storage, "gold_customers_history") if r["id"] == 1), key=lambda r: r[START]
+    )
+    assert [(r["email"], r["name"], r["bio"]) for r in ann] == [
+        ("a@x", "Ann", "Ann's long bio"),
+        (None, "Ann", "Ann's long bio"),  # email := NULL: a tracked change, a version
+        ("a2@x", None, "Ann's new bio"),  # bio kept through the TOAST placeholder, then updated in place
+    ]
     history = read_rows(spark, storage, "gold_orders_history")
     assert sorted(r[END] is None for r in history) == [False, False, True]  # closed by the truncate, locally

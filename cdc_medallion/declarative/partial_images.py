@@ -74,9 +74,19 @@ ORDER, DELETE, PASS, CARRIED = "__fill_order", "__fill_delete", "__fill_pass", "
 STATE_SCHEMA = StructType([StructField("image", StringType())])
 #: Nested values go through JSON: timestamps with their microseconds and offset.
 _JSON = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX", "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"}
-#: Types whose text cast is exact both ways.
-_CAST = (BooleanType, ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType, DateType)
-_NTZ = (TimestampNTZType,)
+#: Types whose text cast is exact both ways (a TIMESTAMP_NTZ has no zone to shift it).
+_CAST = (
+    BooleanType,
+    ByteType,
+    ShortType,
+    IntegerType,
+    LongType,
+    FloatType,
+    DoubleType,
+    DecimalType,
+    DateType,
+    TimestampNTZType,
+)
 
 
 def _expr(value: str | Column | None) -> Column:
@@ -93,7 +103,7 @@ def _encode(column: Column, kind: DataType) -> Column:
         return F.base64(column)
     if isinstance(kind, TimestampType):  # an instant: its microseconds, whatever the session's zone
         return F.unix_micros(column).cast("string")
-    if isinstance(kind, _CAST + _NTZ):
+    if isinstance(kind, _CAST):
         return column.cast("string")
     return F.to_json(F.struct(column.alias("v")), _JSON)
 
@@ -105,7 +115,7 @@ def _decode(text: Column, kind: DataType) -> Column:
         return F.unbase64(text)
     if isinstance(kind, TimestampType):
         return F.timestamp_micros(text.cast("long"))
-    if isinstance(kind, _CAST + _NTZ):
+    if isinstance(kind, _CAST):
         return text.cast(kind)
     return F.from_json(text, StructType([StructField("v", kind)]), _JSON).getField("v")
 
