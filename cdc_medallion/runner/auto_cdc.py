@@ -43,7 +43,6 @@ from pyspark.sql.types import (
 )
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
-from cdc_medallion.errors import GraphError
 from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import quote
 from cdc_medallion.runner.event_columns import (
@@ -79,18 +78,7 @@ def _expr(value: str | Column | None, default: bool = False) -> Column:
 
 
 def data_columns(flow: AutoCdcFlow, source_columns: list[str]) -> list[str]:
-    if flow.column_list is not None:
-        missing = [c for c in flow.column_list if c not in source_columns]
-        if missing:
-            raise GraphError(f"auto CDC flow {flow.name}: column_list names unknown columns {missing}")
-        columns = list(flow.column_list)
-    else:
-        excluded = set(flow.except_column_list or ())
-        columns = [c for c in source_columns if c not in excluded]
-    for key in flow.keys:
-        if key not in columns:
-            raise GraphError(f"auto CDC flow {flow.name}: key {key!r} is not among the columns {columns}")
-    return columns
+    return flow.data_columns(source_columns)
 
 
 def tracked_columns(flow: AutoCdcFlow, columns: list[str]) -> list[str]:
