@@ -22,6 +22,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from cdc_medallion.catalog import dataset_status, first_rows, read_dataset
 from cdc_medallion.cli import _jsonable
+from cdc_medallion.lines import lines_of
 from cdc_medallion.quality.report import table_state_from_storage
 from cdc_medallion.storage import delta_rs
 from cdc_medallion.storage.delta_store import DeltaStore
@@ -115,7 +116,7 @@ def storage(spark, tmp_path_factory) -> Path:
     column-mapped table with deleted rows."""
     folder = tmp_path_factory.mktemp("jvm-free")
     root, messages = folder / "storage", folder / "shop.jsonl"
-    lines = SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = lines_of(SAMPLE.read_text(encoding="utf-8"), keepends=True)
     with deletion_vectors(spark):
         for part in (lines[:120], lines[120:]):
             with messages.open("a", encoding="utf-8") as out:
@@ -198,7 +199,7 @@ def test_show_prints_the_first_rows_in_spark_order(spark, storage):
     result = cli_without_jvm("show", "gold_customers_history", "--storage", str(storage), "--limit", "7")
     assert result.returncode == 0, result.stderr[-3000:]
     expected = spark_show(spark, storage, "gold_customers_history", 7)
-    assert result.stdout.splitlines() == [json.dumps(row, ensure_ascii=False) for row in expected]
+    assert lines_of(result.stdout) == [json.dumps(row, ensure_ascii=False) for row in expected]
 
 
 def test_show_of_an_unknown_dataset_lists_the_datasets(storage):

@@ -30,6 +30,8 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 from pyarrow import types as t
 
+from cdc_medallion.lines import lines_of
+
 if TYPE_CHECKING:
     from deltalake import DeltaTable  # imported when used: a Databricks worker has no deltalake
 
@@ -67,9 +69,11 @@ def log_version(table: Path) -> int | None:
 
 
 def commit_actions(table: Path, version: int) -> Iterator[dict[str, Any]]:
-    """The actions of one commit (`commitInfo`, `add`, `remove`, `metaData`, ...), from its file."""
+    """The actions of one commit (`commitInfo`, `add`, `remove`, `metaData`, ...), from its file:
+    one JSON object a line, lines ended by "\\n" only (a value in a file's statistics or a MERGE
+    predicate may hold U+2028 as it is: `lines.py`)."""
     entry = table / "_delta_log" / f"{version:020d}.json"
-    for line in entry.read_text(encoding="utf-8").splitlines():
+    for line in lines_of(entry.read_bytes()):
         yield json.loads(line)
 
 
