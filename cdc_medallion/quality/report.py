@@ -91,10 +91,7 @@ def quarantine_reasons(
             )
             if ref:
                 picked = picked.orderBy(ref)
-            samples = [
-                quarantine_sample(sample.asDict(recursive=True), ref)
-                for sample in picked.limit(SAMPLES_PER_REASON).collect()
-            ]
+            samples = [quarantine_sample(sample, ref) for sample in spark_rows(picked.limit(SAMPLES_PER_REASON))]
             reasons.append(QuarantineReason(dataset, rule, int(row["count"]), samples))
     reasons.sort(key=lambda r: (-r.count, r.dataset, r.rule))
     if bronze:
@@ -144,7 +141,7 @@ def _raw_from_bronze(reasons: list[QuarantineReason], bronze: list[DataFrame]) -
 def heartbeat_lag(heartbeats: DataFrame) -> list[HeartbeatLag]:
     """Per source: heartbeats seen, the latest one's lag (ingest_ts - event_ts) and the largest."""
     lag = F.col("ingest_ts").cast("double") - F.col("event_ts").cast("double")
-    rows = (
+    rows = spark_rows(
         heartbeats.filter(F.col("event_ts").isNotNull())
         .groupBy(F.coalesce("source_name", F.lit("?")).alias("source"))
         .agg(
@@ -154,13 +151,21 @@ def heartbeat_lag(heartbeats: DataFrame) -> list[HeartbeatLag]:
             F.max(lag).alias("max_lag"),
         )
         .orderBy("source")
-        .collect()
     )
     without_time = heartbeats.filter(F.col("event_ts").isNull()).groupBy("source_name").count().collect()
     found = [HeartbeatLag(r["source"], r["n"], r["latest"], r["latest_lag"], r["max_lag"]) for r in rows]
     for r in without_time:
         found.append(HeartbeatLag(r["source_name"] or "?", r["count"], None, None, None))
     return found
+
+
+def spark_rows(df: DataFrame) -> list[dict[str, Any]]:
+    """A small DataFrame's rows as `delta_rs.python_rows` gives a JVM-free read's, through Arrow:
+    `collect()` turns a TIMESTAMP into a datetime by `fromtimestamp`, which fails on the first
+    day of year 1 (and outside 1-9999 in local time), and gives binary as bytearray."""
+    from cdc_medallion.storage.delta_rs import python_rows
+
+    return python_rows(df.toArrow())
 
 
 def table_state_from_storage(storage: Path, spark: Any = None) -> TableState:
