@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from cdc_medallion.model import bronze_ref_column
 from cdc_medallion.quality import charts
 from cdc_medallion.quality.accounting import LABELS, OUTCOMES, SourceAccounting
-from cdc_medallion.quality.events import Check, DatasetRun, ExpectationRun, Update, read_event_log
+from cdc_medallion.quality.events import Check, DatasetRun, ExpectationRun, StaleKeys, Update, read_event_log
 from cdc_medallion.quality.rendering import render
 
 RAW_LIMIT = 600
@@ -228,6 +228,7 @@ class UpdateHeader:
     failed_checks: int
     warnings: int
     unbalanced: list[str] | None = None  # sources whose accounting does not add up; None: not shown
+    stale_tables: int | None = None  # gold tables with stale keys; None: no table logged a figure
 
 
 @dataclass
@@ -285,6 +286,15 @@ class LayerRow:
     tables: int
     rows: int
     largest: list[tuple[str, int]]
+
+
+@dataclass
+class StaleRow:
+    """A gold table's stale keys, as the latest update (up to the page's) that logged them."""
+
+    dataset: str
+    update: Update
+    stale: StaleKeys
 
 
 @dataclass
@@ -371,6 +381,17 @@ def _expectations(updates: list[Update], upto: int, latest_per_dataset: bool = F
     return ExpectationsView(latest_per_dataset, datasets, expectations)
 
 
+def _stale(updates: list[Update], upto: int) -> list[StaleRow]:
+    """Each gold table's stale keys from the latest update up to `upto` whose flows logged a
+    figure (a batch that changed nothing there logs none; the figure before it holds)."""
+    found: dict[str, tuple[Update, StaleKeys]] = {}
+    for update in updates[: upto + 1]:
+        for name, run in update.datasets.items():
+            if run.stale is not None:
+                found[name] = (update, run.stale)
+    return [StaleRow(name, update, stale) for name, (update, stale) in sorted(found.items())]
+
+
 def _checks(checks: list[Check], docs_href: str | None) -> ChecksView:
     order = sorted(checks, key=lambda c: (c.success, c.severity != "error", c.suite, c.dataset, c.name))
     failing = [c for c in order if not c.success]
@@ -438,7 +459,9 @@ def _runs(updates: list[Update]) -> list[RunRow]:
     ]
 
 
-def _header(update: Update | None, state: TableState | None) -> UpdateHeader | None:
+def _header(
+    update: Update | None, state: TableState | None, stale: list[StaleRow] | None = None
+) -> UpdateHeader | None:
     if update is None:
         return None
     header = UpdateHeader(
@@ -451,6 +474,8 @@ def _header(update: Update | None, state: TableState | None) -> UpdateHeader | N
     )
     if state is not None and state.accounting is not None:
         header.unbalanced = [a.source for a in state.accounting if not a.balanced]
+    if stale:
+        header.stale_tables = sum(1 for row in stale if row.stale.keys)
     return header
 
 
@@ -469,10 +494,12 @@ def render_index(updates: list[Update], state: TableState | None, title: str, do
         current.checks = updates[-1].checks
         for update in updates:
             current.expectations.update(update.expectations)
+    stale = _stale(updates, latest)
     return render(
         "index.html.j2",
         title=title,
-        header=_header(current, state if state.accounting is not None else None),
+        header=_header(current, state if state.accounting is not None else None, stale),
+        stale=stale,
         docs_href=docs_href,
         accounting=_accounting(accounting, state_label),
         trends=_overview(updates, latest) if updates else [],
@@ -494,11 +521,13 @@ def render_update(updates: list[Update], index: int, title: str, docs_href: str 
     """One update: its expectations and checks, with the trend up to it."""
     update = updates[index]
     recorded = [SourceAccounting.from_dict(raw) for raw in update.accounting]
+    stale = _stale(updates, index)
     return render(
         "update.html.j2",
         title=title,
         update=update,
-        header=_header(update, None),
+        header=_header(update, None, stale),
+        stale=stale,
         previous=updates[index - 1] if index > 0 else None,
         next=updates[index + 1] if index + 1 < len(updates) else None,
         trends=_overview(updates, index),
