@@ -203,7 +203,7 @@ class BatchWriter:
     ) -> None:
         store = self.runner.store
         change = ChangeBatch.prepare(store, flows[0][0], rows)
-        stale_keys = self._stale_keys(flows)
+        stale_keys = self._stale_keys(flows, change)
         if change is None:  # nothing for these flows in this batch but, maybe, what it quarantined
             stale = stale_keys.update(None, quarantined, txn) if stale_keys is not None else None
             for flow, result in flows:
@@ -242,14 +242,17 @@ class BatchWriter:
         applied = AutoCdcApplier(self.runner.store, flow, properties).apply(change, txn, session)
         self._applied(flow, result, applied, reports, started, stale)
 
-    def _stale_keys(self, flows: list[tuple[AutoCdcFlow, FlowResult]]) -> StaleKeyState | None:
+    def _stale_keys(
+        self, flows: list[tuple[AutoCdcFlow, FlowResult]], change: ChangeBatch | None
+    ) -> StaleKeyState | None:
         """The stale keys of these flows' feed, when it reads a view that can quarantine."""
         view = self.checked_view
         if view is None:
             return None
         store, flow = self.runner.store, flows[0][0]
+        feed = change.state if change is not None else FeedState(store, flow)
         current = next((f.target for f, _ in flows if f.stored_as_scd_type == 1), None)
-        return StaleKeyState(store, flow, FeedState(store, flow), current, lambda: self.runner.view_now(view))
+        return StaleKeyState(store, flow, feed, current, lambda: self.runner.view_now(view))
 
     def _applied(
         self,

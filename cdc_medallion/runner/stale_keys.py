@@ -172,17 +172,13 @@ class StaleKeyState:
                 return None  # nothing applied yet, so nothing after it either
             stored = self.store.read(self.current).select(*_cols(self.keys), SCD1_SEQUENCE)
             newer = newer.join(stored, self.keys).filter(F.col(SCD1_SEQUENCE) > F.col("__q"))
-        late = newer.select(*_cols(self.keys), "__q").persist()
-        try:
-            if self.history is None or late.isEmpty():
-                return None
-            view = self.history()
-            columns = data_columns(self.flow, view.columns)
-            ending = self._ending(change_events(self.flow, view, columns), columns)
-            after = ending.join(F.broadcast(late), self.keys).filter(F.col(SEQ) > F.col("__q"))
-            return self._ending_rows(after).localCheckpoint(eager=True)
-        finally:
-            late.unpersist()
+        late = newer.select(*_cols(self.keys), "__q")
+        if self.history is None or late.isEmpty():  # the usual case: one small job, and done
+            return None
+        view = self.history()
+        columns = data_columns(self.flow, view.columns)
+        ending = self._ending(change_events(self.flow, view, columns), columns)
+        return self._ending_rows(ending.join(F.broadcast(late), self.keys).filter(F.col(SEQ) > F.col("__q")))
 
     def _truncated(self) -> object:
         """The newest truncate's sequence (None: none)."""
