@@ -80,6 +80,11 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
       their own projections, and with more tables than the cache holds every micro-batch compiled
       them again (bench/HISTORY.md, 2026-11-28 afternoon).
     - The driver maps the class archive `make setup` trained (`class_archive.py`), when there is one.
+    - Parquet timestamps as INT64 microseconds (Delta's writer takes Spark's setting), not Spark's
+      default INT96: readers that follow the Parquet spec (delta-rs for `status`, `show` and the
+      report; pyarrow) read INT96 as nanoseconds, which hold only years 1677-2262, and showed
+      1000-01-01 as 2169-02-08. Files an older session wrote in INT96 are read as microseconds
+      too (`storage/delta_rs.py`).
     - CDC_MEDALLION_SPARK_CONF adds settings ("spark.a=1 spark.b=2"), CDC_MEDALLION_JAVA_OPTIONS
       options of the driver's and the executors' JVMs (e.g. "-XX:TieredStopAtLevel=1", quick JIT
       for short runs).
@@ -125,6 +130,8 @@ def session_settings() -> dict[str, str]:
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.codegen.cache.maxEntries": str(GENERATED_CLASSES_KEPT),
         "spark.sql.session.timeZone": "UTC",
+        # Parquet INT96 timestamps are read as nanoseconds by delta-rs and overflow outside 1677-2262.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.driver.memory": memory,
         "spark.python.sql.dataFrameDebugging.enabled": "false",

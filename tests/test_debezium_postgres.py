@@ -47,6 +47,7 @@ from typing import Any
 import pytest
 
 from cdc_medallion.config import PipelineConf, SourceConf, TableConf, load_conf
+from cdc_medallion.lines import lines_of
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.services.kafka_connect import KafkaConnect, postgres_connector
 from cdc_medallion.services.postgres import PostgresCluster, Unavailable
@@ -219,11 +220,11 @@ def captured(request, tmp_path_factory) -> dict[str, Any]:
 
 def _column_types(pg: PostgresCluster, table: str) -> dict[str, str]:
     query = f"SELECT column_name, udt_name FROM information_schema.columns WHERE table_name = '{table}'"
-    return dict(line.split("|") for line in pg.sql(query).stdout.splitlines() if line)
+    return dict(line.split("|") for line in lines_of(pg.sql(query).stdout) if line)
 
 
 def _json_rows(pg: PostgresCluster, query: str) -> list[dict[str, Any]]:
-    return [_loads(line) for line in pg.sql(query).stdout.splitlines() if line]
+    return [_loads(line) for line in lines_of(pg.sql(query).stdout) if line]
 
 
 def _loads(text: str) -> Any:

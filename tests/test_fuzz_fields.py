@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from cdc_medallion.formats import get_format
 from cdc_medallion.formats.json_common import json_type
 from cdc_medallion.formats.message import BronzeMessage
+from cdc_medallion.lines import lines_of
 from tests.conftest import SHARED
 from tests.helpers import message
 from tests.test_fuzz_parsers import sample_sources
@@ -342,7 +343,7 @@ def _raw_seeds(fmt: str) -> Iterator[tuple[dict[str, Any], bytes]]:
                 continue
             text = path.read_text(encoding="utf-8")
             # A .json fixture is one (pretty-printed) message; bare Qlik messages name no table.
-            lines = [text] if path.suffix == ".json" else text.splitlines()
+            lines = [text] if path.suffix == ".json" else lines_of(text)
             for line in lines:
                 if line.strip() and not line.startswith("#"):
                     yield ({"table": "fixture"} if fmt == "qlik-json" else {}), line.encode()

@@ -21,6 +21,7 @@ from cdc_medallion.formats.debezium_native import CHECKS, failed_checks, native_
 from cdc_medallion.generator.chaos import malform, redeliver
 from cdc_medallion.generator.history import generate_history
 from cdc_medallion.generator.output import generate
+from cdc_medallion.lines import lines_of
 from cdc_medallion.model import BRONZE_SCHEMA
 from tests.conftest import shared_path
 from tests.test_debezium_json import repaired, seed_examples
@@ -56,7 +57,7 @@ def generated_records(folder: Path) -> list[dict[str, Any]]:
     """A generated Debezium history, redelivered, with garbage messages among it."""
     history = generate_history(tables=3, transactions=60, seed=11)
     [rendered] = generate(history, ["debezium-json"], folder)
-    lines = rendered.path.read_text(encoding="utf-8").splitlines()
+    lines = lines_of(rendered.path.read_text(encoding="utf-8"))
     rnd = random.Random(5)
     lines, _ = malform(redeliver(lines, rnd), rnd, rate=0.03)
     records = []
@@ -74,7 +75,7 @@ def fixture_records() -> list[dict[str, Any]]:
     records += [{"value": repaired(example)} for example in seed_examples()]
     for folder in ("debezium-json", "kafka-connect-json"):
         for path in sorted(shared_path("fixtures", folder).glob("*.txt")):
-            records += [{"value": line} for line in path.read_text(encoding="utf-8").splitlines()]
+            records += [{"value": line} for line in lines_of(path.read_text(encoding="utf-8"))]
     return records
 
 

@@ -34,6 +34,7 @@ from cdc_medallion.config import load_conf
 from cdc_medallion.formats import format_names, get_format
 from cdc_medallion.generator.history import generate_history
 from cdc_medallion.generator.output import generate
+from cdc_medallion.lines import lines_of
 from tests.test_pins import locked
 
 pytestmark = pytest.mark.slow
@@ -118,7 +119,7 @@ def test_every_format_parses_on_workers_with_only_the_core(tmp_path):
         [str(python), script, *map(str, confs)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=540
     )
     assert run.returncode == 0, run.stderr[-4000:]
-    lean = json.loads(run.stdout.strip().splitlines()[-1])
+    lean = json.loads(lines_of(run.stdout.strip())[-1])
 
     formats = {s.name: s.format for path in confs for s in load_conf(path).sources}
     assert set(formats.values()) == set(shipped_formats()) and sorted(lean) == sorted(formats)

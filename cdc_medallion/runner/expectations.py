@@ -86,6 +86,13 @@ class Split:
         return self.report.kept
 
 
+def kept(marked: DataFrame, expectations: tuple[Expectation, ...]) -> DataFrame:
+    """The rows of a marked frame that `split` keeps (they fail no drop or quarantine rule),
+    without counting them: for a frame read whole, not a batch."""
+    rejected = [r.name for r in expectations if r.action in (Action.DROP, Action.QUARANTINE)]
+    return marked.filter(f"NOT ({_any_of(rejected)})").drop(FAILED)
+
+
 def split(marked: DataFrame, expectations: tuple[Expectation, ...], dataset: str) -> Split:
     """Count rule outcomes on a *cached* marked batch and split it by action."""
     report = ExpectationReport(dataset=dataset)
