@@ -80,6 +80,11 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
       their own projections, and with more tables than the cache holds every micro-batch compiled
       them again (bench/HISTORY.md, 2026-11-28 afternoon).
     - The driver maps the class archive `make setup` trained (`class_archive.py`), when there is one.
+    - Timestamps are stored as Parquet's TIMESTAMP_MICROS, Spark's own precision, not INT96 (Spark's
+      default): delta-rs (`status`, `show`, the report) reads INT96 as nanoseconds and wraps the
+      years outside 1677-2262 silently (0001-01-01 came back as 1754-08-30). Dates and timestamps
+      are written as they are (`datetimeRebaseModeInWrite` is CORRECTED in Spark 4: proleptic
+      Gregorian, no Julian rebase), so years 1-9999 are exact.
     - CDC_MEDALLION_SPARK_CONF adds settings ("spark.a=1 spark.b=2"), CDC_MEDALLION_JAVA_OPTIONS
       options of the driver's and the executors' JVMs (e.g. "-XX:TieredStopAtLevel=1", quick JIT
       for short runs).
@@ -114,6 +119,7 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.codegen.cache.maxEntries", str(GENERATED_CLASSES_KEPT))
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", memory)
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
