@@ -175,9 +175,8 @@ def _decimal_writers() -> list[Writer]:
     decimal_sql = lambda d: f"DECIMAL({d[0]},{d[1]})"  # noqa: E731
     text = lambda d: plain(d[2], d[1])  # noqa: E731
 
-    def oracle(d):  # Oracle prints a NUMBER without its trailing zeros (1.50 is 1.5)
-        digits = plain(d[2], d[1])
-        return digits.rstrip("0").rstrip(".") if "." in digits else digits
+    def oracle(d):
+        return oracle_number(d[2], d[1])
 
     expect = text  # DECIMAL(p, s) prints with s digits, in Spark (p <= 38) and as exact text (beyond)
     connect = {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal"}
@@ -299,7 +298,21 @@ def _unconstrained_writers() -> list[Writer]:
         ),
         Writer("ogg number", "ogg-json", lambda i, n: vendor.ogg(i, java_big_decimal(*n)), text, lambda n: "NUMBER"),
         Writer("dms text", "aws-dms-json", lambda i, n: vendor.dms(i, text(n)), text, lambda n: "NUMERIC"),
+        Writer(
+            "shareplex NUMBER",
+            "shareplex-json",
+            lambda i, n: vendor.shareplex(i, oracle_number(*n)),
+            lambda n: oracle_number(*n),  # a text column holds the text as the database wrote it
+            lambda n: "NUMBER",
+            takes=lambda n: len(str(abs(n[0])).rstrip("0")) <= 38,  # Oracle's NUMBER: 38 significant digits
+        ),
     ]
+
+
+def oracle_number(unscaled: int, scale: int) -> str:
+    """As Oracle prints a NUMBER: without trailing fraction zeros (1.50 is 1.5)."""
+    digits = plain(unscaled, scale)
+    return digits.rstrip("0").rstrip(".") if "." in digits else digits
 
 
 def test_unconstrained_numeric_holds_every_value_exact(spark):
@@ -450,6 +463,16 @@ def _time_writers() -> list[Writer]:
         ),
         Writer(
             "maxwell text", "maxwell-json", lambda i, t: vendor.maxwell(i, mysql_time(t)), mysql_time, lambda t: "TIME"
+        ),
+        Writer("dms text", "aws-dms-json", lambda i, t: vendor.dms(i, mysql_time(t)), mysql_time, lambda t: "TIME"),
+        Writer("qlik TIME", "qlik-json", lambda i, t: vendor.qlik(i, "TIME", mysql_time(t)), mysql_time),
+        Writer(
+            "ibm TIME",  # Db2's TIME: 00.00.00 to 24.00.00, no fraction
+            "ibm-qrep-delimited",
+            lambda i, t: vendor.ibm(i, vendor.ibm_string(mysql_time(t).replace(":", "."))),
+            mysql_time,
+            takes=lambda t: t[0] == 0 and 0 <= t[1] <= 24 * 3600,
+            options=lambda taken: {"tables": vendor.ibm_tables(dict.fromkeys(taken, "TIME"))},
         ),
     ]
 
@@ -758,6 +781,13 @@ def java_double(value: float) -> Number | str:
     return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
 
 
+def oracle_double(value: float) -> str:
+    """As Oracle prints a BINARY_DOUBLE: `Nan`, `Inf`, `-Inf`, or the number."""
+    if math.isfinite(value):
+        return repr(value)
+    return "Nan" if math.isnan(value) else ("Inf" if value > 0 else "-Inf")
+
+
 def java_float(value: float) -> Number | str:
     return Number(str(np.float32(value))) if math.isfinite(value) else java_double(value)
 
@@ -826,6 +856,13 @@ def _float_writers(width: int) -> list[Writer]:
             takes=finite,
         ),
         Writer("qlik REAL8", "qlik-json", lambda i, f: vendor.qlik(i, "REAL8", text(f)), same, takes=finite),
+        Writer(
+            "shareplex BINARY_DOUBLE",
+            "shareplex-json",
+            lambda i, f: vendor.shareplex(i, oracle_double(f)),
+            same,
+            lambda f: "DOUBLE",
+        ),
         Writer(
             "ibm DOUBLE",
             "ibm-qrep-delimited",
