@@ -1006,6 +1006,16 @@ def test_decimals_inside_json_values_and_wide_integers_stay_exact():
         assert (event["after"]["v"], event["column_types"]["v"]) == (str(number), kind)
 
 
+def test_postgresql_numeric_of_the_most_digits_arrives_exact():
+    """PostgreSQL's numeric holds 131072 digits before the point and 16383 after; Python's `str`
+    of an int refuses more than 4300 digits, so the digits must not go through it."""
+    unscaled = -(10 ** (131072 + 16383) - 1)
+    column = {"type": "struct", "name": "io.debezium.data.VariableScaleDecimal"}
+    document = vendor.debezium(0, column, {"scale": 16383, "value": vendor.connect_decimal(unscaled)})
+    [event] = get_format("debezium-json")("exact").events_for(message(document))
+    assert event["after"]["v"] == "-" + "9" * 131072 + "." + "9" * 16383
+
+
 @pytest.mark.parametrize("special", ["NaN", "Infinity", "-Infinity"])
 def test_postgresql_numeric_nan_and_infinities_arrive_as_text(special):
     """PostgreSQL's numeric holds 'NaN' (and, since 14, infinities): with decimal.handling.mode=string

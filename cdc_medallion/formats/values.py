@@ -108,9 +108,11 @@ def decimal_text(value: decimal.Decimal) -> str:
 
 def scaled_decimal(unscaled: int, scale: int) -> decimal.Decimal:
     """`unscaled × 10^-scale` exactly, whatever its number of digits: built from its digits, never
-    through arithmetic in a context (the default one rounds to 28 significant digits)."""
-    digits = tuple(int(d) for d in str(abs(unscaled)))
-    return decimal.Decimal((int(unscaled < 0), digits, -scale))
+    through arithmetic in a context (the default one rounds to 28 significant digits). The digits
+    come from `Decimal(int)`, which is exact at any size (`str(int)` refuses beyond 4300 digits,
+    and PostgreSQL's numeric has 147455)."""
+    sign, digits, _ = decimal.Decimal(unscaled).as_tuple()
+    return decimal.Decimal((sign, digits, -scale))
 
 
 def decimal_from_bytes(data: bytes, scale: int) -> decimal.Decimal:
