@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -39,6 +40,13 @@ os.environ.setdefault("CDC_MEDALLION_SHUFFLE_PARTITIONS", "2")
 _main = sys.modules["__main__"]
 if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
     _main.__file__ = "<pytest-xdist worker>"
+
+# Property tests that draw their values through this profile draw the same ones every run, so a
+# failure in CI is one a rerun shows again (tests/test_exact_values.py draws hundreds of values
+# per type with it, then checks them in one Spark query).
+settings.register_profile(
+    "derandomized", derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
