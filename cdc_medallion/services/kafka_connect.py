@@ -162,10 +162,6 @@ def mariadb_connector(
         "schema.history.internal.kafka.bootstrap.servers": bootstrap_servers,
         "schema.history.internal.kafka.topic": f"{topic_prefix}.schema-history",
         "bigint.unsigned.handling.mode": "precise",
-        # MariaDB's JDBC driver reads YEAR as a date by default, and YEAR 0000 (a value the
-        # server stores) then fails the snapshot (`java.sql.Date.valueOf` in YearColumn); as a
-        # number, every YEAR is read.
-        "driver.yearIsDateType": "false",
         **json_converters(schemas),
     }
     if not schemas:
