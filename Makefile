@@ -8,7 +8,7 @@ CONF ?= conf/local.yml
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup run test test-setup debian-packages lint clean browser postgres bench crash-drill kafka demo-kafka
+.PHONY: setup run test test-setup debian-packages lint clean browser postgres mariadb bench crash-drill kafka demo-kafka
 
 setup: $(STAMP)
 
@@ -42,14 +42,18 @@ test-setup:
 # - postgresql: the Debezium capture test runs PostgreSQL 15 in a cluster of its own (a temporary
 #   folder, a free port), so the package's system cluster is not created (createcluster.d) and,
 #   unless a policy-rc.d is already there, no service is started.
+# - mariadb-server: the MariaDB capture test runs mariadbd on a data folder of its own (a temporary
+#   folder, a free port); the policy-rc.d below keeps the package's own server from starting.
 # Where they cannot be installed (not root, no apt), the tests that need them skip and say why.
-DEBIAN_PACKAGES ?= chromium postgresql
+DEBIAN_PACKAGES ?= chromium postgresql mariadb-server
 PG_BIN := /usr/lib/postgresql/15/bin
+MARIADBD := /usr/sbin/mariadbd
 POLICY_RC := /usr/sbin/policy-rc.d
 debian-packages:
 	@missing=; for package in $(DEBIAN_PACKAGES); do case $$package in \
 	  chromium) test -x /usr/bin/chromium || missing="$$missing chromium";; \
-	  postgresql) test -x $(PG_BIN)/postgres || missing="$$missing postgresql";; esac; done; \
+	  postgresql) test -x $(PG_BIN)/postgres || missing="$$missing postgresql";; \
+	  mariadb-server) test -x $(MARIADBD) || missing="$$missing mariadb-server";; esac; done; \
 	[ -z "$$missing" ] || { \
 	  (apt-get update -qq && mkdir -p /etc/postgresql-common/createcluster.d \
 	   && echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/cdc-medallion.conf || exit 1; \
@@ -63,6 +67,9 @@ browser:
 
 postgres:
 	@$(MAKE) --no-print-directory debian-packages DEBIAN_PACKAGES=postgresql
+
+mariadb:
+	@$(MAKE) --no-print-directory debian-packages DEBIAN_PACKAGES=mariadb-server
 
 # Benchmarks (not tests; nothing asserts a time). BENCH_N changes per format, default 1,000,000;
 # BENCH_FORMATS, BENCH_PARTS and BENCH_10M=1 narrow or widen it (bench/run.py). PyFlink, the peer,
