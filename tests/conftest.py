@@ -84,10 +84,12 @@ def shared_path(*parts: str) -> Path:
 
 @pytest.fixture(scope="session")
 def kafka_broker():
-    """One Kafka broker for the whole run, started by the first test that asks for it (so a run
-    without Kafka tests never starts one) and stopped at the end. Mark tests that use it
-    `pytest.mark.xdist_group("kafka")`: with `--dist loadgroup` one worker runs them all, and
-    so starts one broker."""
+    """One Kafka broker per test process, started by the first test that asks for it (so a run
+    without Kafka tests never starts one) and stopped at the end. Every test that uses it is in an
+    `xdist_group`: with `--dist loadgroup` a group runs on one worker, which starts one broker for
+    it. The broker tests share `kafka`; each capture test (PostgreSQL, MariaDB) and the Spark
+    Connect test have a group of their own, so they run side by side on their own brokers instead
+    of one after another (topics never collide across them)."""
     from cdc_medallion.services.kafka_broker import KafkaBroker
 
     broker = KafkaBroker(partitions=3)

@@ -62,7 +62,7 @@ from tests.capture_checks import (
 from tests.conftest import REPO
 from tests.kafka_feed import rows, status
 
-pytestmark = pytest.mark.xdist_group("kafka")
+pytestmark = pytest.mark.xdist_group("capture_mariadb")
 
 SOURCES = {"mdb_schemas": True, "mdb_plain": False}  # source (and topic prefix) -> schemas enabled
 SERVER_IDS = {"mdb_schemas": 5401, "mdb_plain": 5402}  # each binlog reader's replica id

@@ -84,7 +84,7 @@ from tests.capture_checks import (
 from tests.conftest import REPO
 from tests.kafka_feed import rows
 
-pytestmark = pytest.mark.xdist_group("kafka")
+pytestmark = pytest.mark.xdist_group("capture_postgres")
 
 SOURCES = {"dbz_schemas": True, "dbz_plain": False}  # source (and topic prefix) -> schemas enabled
 KEYS = {"items": ("id",), "accounts": ("region", "code"), "extremes": ("id",)}

@@ -95,7 +95,7 @@ def shipped_formats() -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("kafka")
+@pytest.mark.xdist_group("spark_connect")
 def test_every_query_function_runs_on_spark_connect(kafka_broker, tmp_path):
     made = connect_conf(tmp_path)
     manifest = {**made, "bootstrap": kafka_broker.bootstrap_servers, "work": str(tmp_path / "work")}
