@@ -131,9 +131,11 @@ def main(url: str, manifest_path: str) -> int:
     started = time.monotonic()
     # Each dataset's expectations, and the arguments Databricks' auto CDC flows evaluate over it.
     checks = {name: [(rule, constraint) for _, rule, constraint in d.expectations] for name, d in datasets.items()}
+    auto_cdc_sources: dict[str, str] = {}
     for name, flow in recorder.flows.items():
         if flow.api != "append_flow":
             options = flow.options
+            auto_cdc_sources[name] = options["source"]
             arguments = [(f"key:{k}", f"{k} IS NOT NULL") for k in options["keys"]]
             arguments.append(("sequence_by", f"{options['sequence_by']} IS NOT NULL"))
             arguments += [(key, options[key]) for key in ("apply_as_deletes", "apply_as_truncates") if options[key]]
@@ -151,7 +153,8 @@ def main(url: str, manifest_path: str) -> int:
     changed = {key: values for key, values in changed.items() if values[0] != values[1]}
     changed.update({key: [value, None] for key, value in settings_before.items() if key not in settings(spark)})
     spark.stop()
-    print(json.dumps({"counted": counted, "failures": failures, "conf_changed": changed, "seconds": seconds}))
+    outcome = {"counted": counted, "failures": failures, "conf_changed": changed, "seconds": seconds}
+    print(json.dumps({**outcome, "auto_cdc_sources": auto_cdc_sources}))
     return 1 if failures else 0
 
 

@@ -53,10 +53,16 @@ class StaleKeysCheck(NullMeansAbsent):
 
 
 class RuleFile(NullMeansAbsent):
-    """An `expectations/*.yml` file (`stale_keys` is read from gold.yml only)."""
+    """An `expectations/*.yml` file."""
 
     description: str = ""
     rules: tuple[Rule, ...] = ()
+
+
+class GoldRuleFile(RuleFile):
+    """gold.yml, the one file that also says what stale keys are to the checks: a `stale_keys`
+    key in any other file is a mistake, named as one."""
+
     stale_keys: StaleKeysCheck = StaleKeysCheck()
 
 
@@ -88,12 +94,20 @@ def stale_keys_check(folder: Path | None) -> StaleKeysCheck:
     if file is None or not file.is_file():
         return StaleKeysCheck()
     stat = file.stat()
-    return _rule_file(file, stat.st_mtime_ns, stat.st_size).stale_keys
+    loaded = _rule_file(file, stat.st_mtime_ns, stat.st_size)
+    assert isinstance(loaded, GoldRuleFile)
+    return loaded.stale_keys
+
+
+def read_rule_file(file: Path) -> RuleFile:
+    """A rule file read and checked: gold.yml as a `GoldRuleFile`, any other as a `RuleFile`."""
+    model = GoldRuleFile if file.name == f"{GOLD_RULES}.yml" else RuleFile
+    return check(model, load_yaml(file) or {}, str(file))
 
 
 @lru_cache(maxsize=64)
 def _rule_file(file: Path, _mtime_ns: int, _size: int) -> RuleFile:
-    return check(RuleFile, load_yaml(file) or {}, str(file))
+    return read_rule_file(file)
 
 
 def load_rules(folder: Path | None, layer: str, fmt: str | None, schema: StructType) -> tuple[Expectation, ...]:
