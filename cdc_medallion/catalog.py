@@ -65,7 +65,9 @@ def read_dataset(spark: Any, storage: Path, name: str, status: list[dict[str, An
 def first_rows(storage: Path, name: str, limit: int) -> list[dict[str, Any]]:
     """The first `limit` rows of a dataset, ordered by every column Spark can order (map, array,
     struct and binary columns cannot be), ascending, NULLs first: what `show` prints. Python
-    values as Spark's `Row.asDict(recursive=True)` gives them, whichever engine reads."""
+    values as Spark's `Row.asDict(recursive=True)` gives them, whichever engine reads; Spark's
+    rows go through Arrow too, since its `collect()` fails on a timestamp in year 1 or 9999
+    (Python's `fromtimestamp`) that gold holds exactly."""
     from cdc_medallion.storage import delta_rs
 
     listed, path = _listed(storage, name)
@@ -75,7 +77,7 @@ def first_rows(storage: Path, name: str, limit: int) -> list[dict[str, Any]]:
 
     df = read_dataset(get_spark(), storage, name, listed)
     ordered = [f.name for f in df.schema.fields if f.dataType.typeName() not in ("map", "array", "struct", "binary")]
-    return [r.asDict(recursive=True) for r in df.orderBy(*ordered).limit(limit).collect()]
+    return delta_rs.python_rows(df.orderBy(*ordered).limit(limit).toArrow())
 
 
 def all_rows(storage: Path, name: str, spark: Any = None) -> list[dict[str, Any]]:
@@ -91,7 +93,7 @@ def all_rows(storage: Path, name: str, spark: Any = None) -> list[dict[str, Any]
         from cdc_medallion.spark import get_spark
 
         spark = get_spark()
-    return [r.asDict(recursive=True) for r in read_dataset(spark, storage, name, listed).collect()]
+    return delta_rs.python_rows(read_dataset(spark, storage, name, listed).toArrow())
 
 
 def _listed(storage: Path, name: str) -> tuple[list[dict[str, Any]], str]:

@@ -21,7 +21,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from cdc_medallion.catalog import dataset_status, first_rows, read_dataset
+from cdc_medallion.catalog import all_rows, dataset_status, first_rows, read_dataset
 from cdc_medallion.cli import _jsonable
 from cdc_medallion.lines import lines_of
 from cdc_medallion.quality.report import table_state_from_storage
@@ -258,6 +258,39 @@ TIMES = [
 MOMENT_COLUMNS = {"moments": "id:int,d:date,t:timestamp,n:timestamp_ntz,k:int"}
 TEXT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def test_a_table_only_spark_reads_shows_the_extremes(spark, tmp_path):
+    """A table delta-rs does not read (type widening) holding timestamps in years 1 and 9999:
+    `show` and `all_rows` read it with Spark and give the values gold holds, where Spark's own
+    `collect()` fails (Python's `fromtimestamp` on year 1)."""
+    store = DeltaStore(tmp_path / "storage", spark)
+    schema = "id int, d date, t timestamp"
+    rows = spark.sql(
+        "SELECT * FROM VALUES "
+        + ", ".join(f"({i}, DATE'{d}', TIMESTAMP'{t}Z')" for i, (d, t) in enumerate(zip(DATES, TIMES, strict=True)))
+        + f" AS v({', '.join(c.split()[0] for c in schema.split(', '))})"
+    )
+    store.append(WIDENED, rows, None, {"layer": "silver"})
+    store.evolve(WIDENED, StructType([StructField("id", LongType()), *rows.schema.fields[1:]]))
+    path = store.path(WIDENED)
+    assert not delta_rs.readable_without_jvm(path)
+    micros = {
+        r["id"]: r["m"]
+        for r in read_dataset(spark, store.root, WIDENED).select("id", F.unix_micros("t").alias("m")).collect()
+    }
+    with local_time(LOCAL_TIME):
+        expected = [
+            {
+                "id": i,
+                "d": dt.date.fromisoformat(d),
+                "t": delta_rs.local_time(EPOCH + dt.timedelta(microseconds=micros[i])),
+            }
+            for i, d in enumerate(DATES)
+        ]
+        assert first_rows(store.root, WIDENED, 100) == expected
+        assert sorted(all_rows(store.root, WIDENED, spark), key=lambda r: r["id"]) == expected
+    assert expected[0]["t"].year == 1 and expected[-1]["t"].year == 9999
 
 
 def moment(op: str, lsn: int, row: dict[str, Any]) -> str:
