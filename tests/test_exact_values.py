@@ -383,6 +383,53 @@ def test_dates_of_years_1_to_9999_arrive_exact(spark):
     check(spark, dates(), _date_writers(), lambda sql, kind: f"unix_date({sql})", "string")
 
 
+def test_dates_and_timestamps_beyond_years_1_to_9999_reach_gold_and_are_refused_there(spark):
+    """PostgreSQL's `infinity` (Debezium: the extreme longs), its BC dates, years past 9999: the
+    parser writes them as signed-year text (no silver quarantine, which names no key), and gold's
+    cast refuses them, so `values_cast` quarantines the change naming the value and its key is
+    reported stale (tests/test_stale_keys.py), instead of a silver error without table or key."""
+    date = {"type": "int32", "name": "io.debezium.time.Date"}
+    micros = {"type": "int64", "name": "io.debezium.time.MicroTimestamp"}
+    zoned = {"type": "string", "name": "io.debezium.time.ZonedTimestamp"}
+    cases = [  # (column, value, its text, gold type)
+        (date, LAST_DAY + 1, "+10000-01-01", "date"),
+        (date, FIRST_DAY - 1, "0000-12-31", "date"),
+        (date, FIRST_DAY - 366 - 365, "-0001-01-01", "date"),
+        (micros, 9223372036825200000, "+294247-01-10 04:00:25.200000", "timestamp"),
+        (micros, -9223372036832400000, "-290308-12-21 19:59:27.600000", "timestamp"),
+        (zoned, "9999-12-31T23:30:00.5-05:00", "+10000-01-01 04:30:00.500000", "timestamp"),
+        (zoned, "0001-01-01T00:30:00+01:00", "0000-12-31 23:30:00", "timestamp"),
+    ]
+    outcomes = []
+    for column, value, text, kind in cases:
+        writer = Writer(column["name"], "debezium-json", lambda i, v, c=column: vendor.debezium(i, c, v), str)
+        [outcome] = parsed(writer, [value])
+        assert (outcome.error, outcome.text) == (None, text), (column["name"], value)
+        outcome.spark_type = kind
+        outcomes.append(outcome)
+    # Spark's cast takes each (its DATE and TIMESTAMP reach further), gold's typed cast none.
+    frame = spark.createDataFrame([(o.text, o.spark_type) for o in outcomes], "v string, t string")
+    casts = {kind: f"try_cast(v AS {kind}) IS NOT NULL" for kind in ("date", "timestamp")}
+    typed_ = {kind: f"{typed('v', kind)} IS NULL" for kind in ("date", "timestamp")}
+    checked = frame.selectExpr(
+        f"CASE t WHEN 'date' THEN {casts['date']} ELSE {casts['timestamp']} END AS spark_takes",
+        f"CASE t WHEN 'date' THEN {typed_['date']} ELSE {typed_['timestamp']} END AS gold_refuses",
+    ).collect()
+    assert [tuple(r) for r in checked] == [(True, True)] * len(cases)
+
+
+def test_a_dataworks_date_beyond_year_9999_reaches_gold_as_text():
+    """DataWorks' DATE is epoch milliseconds: beyond 9999 its text, not a silver error."""
+    [event] = [
+        e
+        for e in get_format("dataworks-json")("exact", {})
+        .parse_all([message(vendor.dataworks(1, "DATE", 253402300800000), line=1)], [])
+        .to_pylist()
+        if e["kind"] == "change"
+    ]
+    assert dict(event["after"])["v"] == "+10000-01-01 00:00:00"
+
+
 # --- MySQL TIME: -838:59:59 .. 838:59:59, fractions of 0-6 digits -------------------------------------------
 MOST_TIME_SECONDS = 838 * 3600 + 59 * 60 + 59
 

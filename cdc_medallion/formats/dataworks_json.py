@@ -34,7 +34,7 @@ from cdc_medallion.formats.json_common import (
     tombstone,
 )
 from cdc_medallion.formats.message import BronzeMessage, Event
-from cdc_medallion.formats.values import EPOCH, b64decode, dumps, inferred_type, text_of, timestamp_text
+from cdc_medallion.formats.values import b64decode, dumps, epoch_timestamp_text, inferred_type, text_of
 from cdc_medallion.model import (
     KIND_CHANGE,
     KIND_HEARTBEAT,
@@ -442,10 +442,7 @@ def _value(value: Any, kind: str | None, where: str, flags: list[str]) -> str | 
     if value is None:
         return None
     if kind == "DATE" and isinstance(value, int) and not isinstance(value, bool):
-        try:
-            return timestamp_text(EPOCH + dt.timedelta(milliseconds=value))
-        except OverflowError:
-            raise ParseError(where, f"DATE value {value} is out of range") from None
+        return epoch_timestamp_text(value, 1000)  # beyond years 1-9999 too: gold's cast refuses those
     if kind == "BYTES" and isinstance(value, str):
         try:
             b64decode(value)

@@ -178,19 +178,48 @@ _DAY_SECONDS = 86_400
 
 
 def date_text(days: int) -> str:
-    """A date from days since 1970-01-01 (proleptic Gregorian, as Spark's DATE): `0001-01-01` to
-    `9999-12-31`; beyond those years a ValueError naming the range (Spark casts no other text)."""
-    try:
-        return (EPOCH_DATE + dt.timedelta(days=days)).isoformat()
-    except OverflowError:
-        raise ValueError(f"{days} days from 1970-01-01 is outside years 1-9999") from None
+    """A date from days since 1970-01-01 (proleptic Gregorian, as Spark's DATE), by integer
+    arithmetic: `0001-01-01` to `9999-12-31` as ISO text; a year beyond those with its sign
+    (`+10000-01-01`; year 0 is 1 BC, `-0001` is 2 BC, as Spark and ISO 8601 count), which gold's
+    cast refuses (`layers/gold.typed`), so the change is quarantined in gold, naming the column
+    and the value, and its key is reported stale (Python's `date` cannot hold those years)."""
+    year, month, day = civil_date(days)
+    return f"{year_text(year)}-{month:02d}-{day:02d}"
+
+
+def civil_date(days: int) -> tuple[int, int, int]:
+    """(year, month, day) of days since 1970-01-01 in the proleptic Gregorian calendar, for any
+    number of days (Howard Hinnant's `civil_from_days`: 400-year eras of 146097 days)."""
+    era, day_of_era = divmod(days + 719468, 146097)
+    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36524 - day_of_era // 146096) // 365
+    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
+    shifted_month = (5 * day_of_year + 2) // 153  # March is 0
+    day = day_of_year - (153 * shifted_month + 2) // 5 + 1
+    month = shifted_month + 3 if shifted_month < 10 else shifted_month - 9
+    return year_of_era + era * 400 + (month <= 2), month, day
+
+
+def civil_days(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (the inverse of `civil_date`)."""
+    year -= month <= 2
+    era, year_of_era = divmod(year, 400)
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146097 + day_of_era - 719468
+
+
+def year_text(year: int) -> str:
+    """A year as ISO 8601 (and Spark's cast) spell it: four digits in 0-9999, else signed."""
+    if year > 9999:
+        return f"+{year}"
+    return f"{year:04d}" if year >= 0 else f"-{-year:04d}"
 
 
 def epoch_timestamp_text(amount: int, per_second: int) -> str:
     """UTC timestamp text of `amount` units (`per_second` of them a second: 1000 for
     milliseconds, 10**6, 10**9) since the epoch, by integer arithmetic: nothing is rounded.
     The fraction is 6 digits when the time is whole microseconds (and not whole seconds), 9 when
-    it has nanoseconds; years 1-9999 (a ValueError beyond)."""
+    it has nanoseconds; a year beyond 1-9999 signed, as `date_text` writes it."""
     seconds, part = divmod(amount, per_second)
     days, second_of_day = divmod(seconds, _DAY_SECONDS)
     hour, rest = divmod(second_of_day, 3600)
@@ -241,11 +270,15 @@ def zoned_timestamp_text(text: str) -> str:
         raise ValueError(f"not an ISO-8601 timestamp: {text[:60]!r}")
     year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
     nanos = int((match.group(7) or "0").ljust(9, "0"))
-    local = dt.datetime(year, month, day, hour, minute, second, tzinfo=_offset(match.group(8)))
+    zone = _offset(match.group(8))
+    local = dt.datetime(year, month, day, hour, minute, second, tzinfo=zone)
     try:
         return timestamp_text(local, nanos)
-    except OverflowError:
-        raise ValueError(f"{text[:60]!r} in UTC is outside years 1-9999") from None
+    except OverflowError:  # in UTC beyond years 1-9999: the same text by integer arithmetic
+        offset = zone.utcoffset(None)
+        assert offset is not None
+        seconds = civil_days(year, month, day) * _DAY_SECONDS + hour * 3600 + minute * 60 + second
+        return epoch_timestamp_text((seconds - int(offset.total_seconds())) * NANOS + nanos, NANOS)
 
 
 def _offset(zone: str | None) -> dt.tzinfo:

@@ -53,7 +53,8 @@ def typed(value: str, spark_type: str) -> str:
 
     A value the type cannot hold exactly does not convert either: Spark's cast would round a
     decimal to the column's scale (`1.005` in DECIMAL(9,2) is 1.01), cut a timestamp's
-    nanoseconds and a date's time of day, all without a word. The type is re-spelled by Spark's
+    nanoseconds and a date's time of day, all without a word; a year outside 1-9999 does not
+    convert either. The type is re-spelled by Spark's
     own parser, so conf text never reaches SQL as written.
     """
     kind = _type_sql(spark_type.strip())
@@ -67,10 +68,15 @@ def typed(value: str, spark_type: str) -> str:
     decimal = _DECIMAL.fullmatch(kind)
     if decimal is not None:
         return f"CASE WHEN {_within_scale(value, int(decimal[2]))} THEN {cast} END"
+    # Years 1-9999 only: Spark holds more (BC years, +10000), but no reader beside it does
+    # (Python's datetime, what `show` and the report print through) and the sources mean those
+    # as markers mostly (PostgreSQL's infinity); `values_cast` quarantines them, naming the text.
+    years = f"year({cast}) BETWEEN 1 AND 9999"
     if kind in ("timestamp", "timestamp_ntz"):
-        return f"CASE WHEN NOT {value} rlike '[.][0-9]{{6}}[0-9]*[1-9]' THEN {cast} END"  # no nanoseconds
+        return f"CASE WHEN NOT {value} rlike '[.][0-9]{{6}}[0-9]*[1-9]' AND {years} THEN {cast} END"  # no nanoseconds
     if kind == "date":
-        return f"CASE WHEN try_cast({value} AS timestamp_ntz) = CAST({cast} AS timestamp_ntz) THEN {cast} END"
+        whole_day = f"try_cast({value} AS timestamp_ntz) = CAST({cast} AS timestamp_ntz)"
+        return f"CASE WHEN {whole_day} AND {years} THEN {cast} END"
     return cast
 
 
