@@ -230,8 +230,12 @@ def _discover(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from cdc_medallion.generator.history import generate_history
-    from cdc_medallion.generator.output import generate
+    try:
+        from cdc_medallion.generator.history import generate_history
+        from cdc_medallion.generator.output import generate
+    except ModuleNotFoundError:  # the Databricks wheel leaves the development tools out
+        print("error: `generate` is a development tool, not in this installation: install from a checkout (make setup)")
+        return 2
 
     out = Path(args.out)
     history = generate_history(tables=args.tables, transactions=args.transactions, seed=args.seed)

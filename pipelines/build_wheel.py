@@ -17,6 +17,11 @@ and environments only, never into a pipeline's environment (bundle/libraries/
 switch_to_patched_wheels.go), which would keep installing the unpatched name. Older wheels of
 this project are removed from DIST, so `dist/*.whl` names exactly the one just built.
 
+What a worker runs only: the package's development tools (the test-data generator, the
+services the tests start, the Kafka demo; `DEVELOPMENT_ONLY`) are left out, as nothing a pipeline
+evaluates imports them (tests/test_worker_env.py parses every format from this wheel alone). An
+editable install of the checkout (`make setup`, which `make run` and `make test` do) has them.
+
 The standard library and pip only: the bundle runs it as `python3` on the deploying machine.
 """
 
@@ -30,12 +35,15 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Everything the wheel is built from (pyproject.toml's `readme` and `packages.find`).
 SOURCES = ("pyproject.toml", "README.md", "cdc_medallion")
 _SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+#: Paths under `cdc_medallion/` that are development tools, not part of the wheel.
+DEVELOPMENT_ONLY = ("generator", "services", "demo_kafka.py")
 _VERSION_LINE = re.compile(r'^(version\s*=\s*")([^"]+)("\s*)$', re.MULTILINE)
 
 
@@ -62,7 +70,9 @@ def build(dist: Path, root: Path = ROOT) -> Path:
         project.mkdir()
         for name in SOURCES:
             source = root / name
-            if source.is_dir():
+            if name == "cdc_medallion":
+                shutil.copytree(source, project / name, ignore=_package_files(source))
+            elif source.is_dir():
                 shutil.copytree(source, project / name, ignore=_SKIPPED)
             else:
                 shutil.copy2(source, project / name)
@@ -78,6 +88,18 @@ def build(dist: Path, root: Path = ROOT) -> Path:
         for old in dist.glob("cdc_medallion-*.whl"):
             old.unlink()
         return Path(shutil.move(str(wheel), dist / wheel.name))
+
+
+def _package_files(package: Path) -> Callable[[str, list[str]], set[str]]:
+    """copytree's `ignore` for the package: caches, and the development tools at its top."""
+
+    def ignored(folder: str, names: list[str]) -> set[str]:
+        skipped = set(_SKIPPED(folder, names))
+        if Path(folder) == package:
+            skipped |= set(DEVELOPMENT_ONLY) & set(names)
+        return skipped
+
+    return ignored
 
 
 def main(argv: list[str] | None = None) -> int:

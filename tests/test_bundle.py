@@ -27,10 +27,25 @@ from cdc_medallion.config import load_conf
 from cdc_medallion.formats import get_format
 from tests.bundle_targets import BundleError, resolve
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _build_wheel_module() -> Any:
+    """pipelines/build_wheel.py, a script the bundle runs (not a module of the package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_wheel", REPO / "pipelines" / "build_wheel.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+DEVELOPMENT_ONLY = _build_wheel_module().DEVELOPMENT_ONLY
+
 # One worker builds this module's shared storage once (make test runs pytest-xdist).
 pytestmark = pytest.mark.xdist_group("bundle")
 
-REPO = Path(__file__).resolve().parent.parent
 SCHEMA = REPO.parent / "shared" / "schemas" / "databricks-bundle.schema.json"
 BUNDLE = REPO / "databricks.yml"
 INTERPOLATION = re.compile(r"\$\{([^}]+)\}")
@@ -205,7 +220,14 @@ def test_the_wheel_has_a_new_version_each_build_and_nothing_of_a_stale_build_fol
     root = checkout / artifact["path"]
     with (REPO / "pyproject.toml").open("rb") as file:
         declared = tomllib.load(file)["project"]["version"]
-    sources = {str(p.relative_to(checkout)) for p in (checkout / "cdc_medallion").rglob("*.py")}
+    package = checkout / "cdc_medallion"
+    development = [package / name for name in DEVELOPMENT_ONLY]
+    assert all(p.exists() for p in development), development  # the names are the package's
+    sources = {
+        str(p.relative_to(checkout))
+        for p in package.rglob("*.py")
+        if not any(p == d or d in p.parents for d in development)
+    }
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # its python3
     versions = []
     for _ in range(2):
@@ -218,7 +240,7 @@ def test_the_wheel_has_a_new_version_each_build_and_nothing_of_a_stale_build_fol
             version = re.search(r"^Version: (\S+)$", archive.read(metadata).decode(), re.MULTILINE).group(1)
         assert wheel.name.startswith(f"cdc_medallion-{version}-")
         assert not [n for n in names if "removed_module" in n], "a stale build/ reached the wheel"
-        assert {n for n in names if n.endswith(".py")} == sources
+        assert {n for n in names if n.endswith(".py")} == sources  # without the development tools
         versions.append(version)
     assert versions[0] != versions[1], f"two builds, one version: {versions[0]}"
     assert all(v.startswith(f"{declared}+") for v in versions), versions
