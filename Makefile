@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(BIN)/python -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
 	$(BIN)/python -m cdc_medallion.jars  # Delta Lake, Spark's Kafka and Avro jars from Maven Central, cached
-	$(BIN)/python -m cdc_medallion.class_archive  # the driver JVM's classes, archived once (a quarter off a cold start's CPU)
+	$(BIN)/python -m cdc_medallion.class_archive_training  # the driver JVM's classes, archived once (a quarter off a cold start's CPU)
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -6,8 +6,10 @@ each class looked up jar by jar; with the archive a session starts in 7 s instea
 a cold `cdc-medallion ingest` spends a quarter less CPU in its JVM (bench/HISTORY.md, 2026-11-28).
 That is most of what a short run costs, and every subprocess run of the tests pays it.
 
-`make setup` trains it (`python -m cdc_medallion.class_archive`): one pipeline run over the
-embedded Debezium sample, with the JVM told to archive the classes it loaded when it exits.
+`make setup` trains it (`python -m cdc_medallion.class_archive_training`): one pipeline run over
+the embedded Debezium sample, with the JVM told to archive the classes it loaded when it exits.
+This module only says where the archive is and how a driver maps it, so that the session
+(`spark.py`) can import it without importing the pipeline the training runs.
 The archive is named by what it depends on (the `java` binary, pyspark's jars and ours, where
 they are), so a new JDK, jar set or checkout trains a new one; the JVM checks it again at every start and, if anything
 still differs, starts without it (`-Xshare:auto`), never failing for it.
@@ -18,9 +20,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pyspark
@@ -62,65 +61,3 @@ def java_options() -> str:
     if path is None or not path.is_file():
         return ""
     return f"-XX:SharedArchiveFile={path} -Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
-
-
-def train(say=print) -> Path | None:
-    """Run the sample once in a JVM that archives its classes at exit; keep the archive."""
-    path = archive_path()
-    if path is None:
-        say("no java on PATH: no class archive")
-        return None
-    if path.is_file():
-        return path
-    if not SAMPLE.is_file():
-        say(f"{SAMPLE} not found: no class archive (the driver starts without one)")
-        return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.partial")
-    say(f"training the driver's class archive on {SAMPLE.name} (once per JDK, jar set and checkout)")
-    with tempfile.TemporaryDirectory(prefix="cdc-medallion-class-archive-") as storage:
-        code = _run_once(Path(storage), partial)
-    if code != 0 or not partial.is_file():
-        partial.unlink(missing_ok=True)
-        say(f"the training run ended with {code}: no class archive (the driver starts without one)")
-        return None
-    partial.replace(path)  # whole or absent: a start never maps half an archive
-    say(f"class archive: {path} ({path.stat().st_size // 2**20} MiB)")
-    return path
-
-
-def _run_once(storage: Path, archive: Path) -> int:
-    """One pipeline run in a child process, whose JVM is started to dump `archive` at exit."""
-    jvm = os.environ.get("CDC_MEDALLION_JAVA_OPTIONS", "")
-    # The archive holds classes, not compiled code: the JIT's quick tier alone trains the same
-    # archive, without the optimizing tier's compilations of a run that then ends.
-    archiving = f"-XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
-    env = {**os.environ, SWITCH: "0", "CDC_MEDALLION_JAVA_OPTIONS": f"{jvm} {archiving}"}
-    command = [sys.executable, "-m", "cdc_medallion.class_archive", "--sample-run", str(storage)]
-    return subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=False).returncode
-
-
-def _sample_run(storage: Path) -> int:
-    """The training run: the sample through every layer, then the JVM's normal exit, awaited
-    (it writes the archive as it exits, after this process would otherwise be gone)."""
-    from pyspark import SparkContext
-
-    from cdc_medallion.cli import main
-    from cdc_medallion.spark import get_spark
-
-    args = ["ingest", "--format", "debezium-json", "--quiet", "--input", str(SAMPLE), "--layout", "kafka-dump"]
-    args += ["--storage", str(storage / "tables")]
-    for key in SAMPLE_KEYS:
-        args += ["--key", key]
-    code = main(args)
-    jvm = SparkContext._gateway.proc  # pyspark's handle on the JVM it started
-    get_spark().stop()
-    jvm.stdin.close()  # the JVM exits when its stdin closes
-    jvm.wait(timeout=600)
-    return code
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--sample-run"]:
-        sys.exit(_sample_run(Path(sys.argv[2])))
-    train()

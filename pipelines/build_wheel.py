@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("pyproject.toml", "README.md", "cdc_medallion")
 _SKIPPED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 #: Paths under `cdc_medallion/` that are development tools, not part of the wheel.
-DEVELOPMENT_ONLY = ("generator", "services", "demo_kafka.py")
+DEVELOPMENT_ONLY = ("generator", "services", "demo_kafka.py", "class_archive_training.py")
 _VERSION_LINE = re.compile(r'^(version\s*=\s*")([^"]+)("\s*)$', re.MULTILINE)
 
 

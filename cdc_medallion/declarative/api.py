@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from pyspark.sql import Column, DataFrame
 
+from cdc_medallion.declarative.databricks import databricks_registry
 from cdc_medallion.declarative.definitions import (
     Action,
     AutoCdcFlow,
@@ -22,9 +23,25 @@ from cdc_medallion.declarative.definitions import (
     Flow,
     QueryFunction,
 )
-from cdc_medallion.declarative.registry import active_registry
+from cdc_medallion.declarative.registry import GraphElementRegistry, registered
 from cdc_medallion.declarative.runtime import current_reader
 from cdc_medallion.errors import GraphError
+
+
+def active_registry() -> GraphElementRegistry:
+    """The registry set by `registry.registration` (local runner, tests); else, on Databricks,
+    the one forwarding to the Databricks pipeline API (see `declarative/databricks.py` for the
+    detection)."""
+    registry = registered()
+    if registry is None:
+        registry = databricks_registry()
+    if registry is None:
+        raise GraphError(
+            "no active pipeline registry: dataset definitions run inside a pipeline "
+            "(cdc-medallion run, or Lakeflow on Databricks), not on plain import"
+        )
+    return registry
+
 
 F = TypeVar("F", bound=Callable[..., Any])
 _EXPECTATIONS_ATTR = "__cdc_medallion_expectations__"

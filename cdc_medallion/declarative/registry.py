@@ -57,20 +57,10 @@ class InMemoryRegistry(GraphElementRegistry):
 _active: ContextVar[GraphElementRegistry | None] = ContextVar("cdc_medallion_registry", default=None)
 
 
-def active_registry() -> GraphElementRegistry:
-    """The registry set by `registration` (local runner, tests); else, on Databricks, the one
-    forwarding to the Databricks pipeline API (see `declarative/databricks.py` for the detection)."""
-    registry = _active.get()
-    if registry is None:
-        from cdc_medallion.declarative.databricks import databricks_registry
-
-        registry = databricks_registry()
-    if registry is None:
-        raise GraphError(
-            "no active pipeline registry: dataset definitions run inside a pipeline "
-            "(cdc-medallion run, or Lakeflow on Databricks), not on plain import"
-        )
-    return registry
+def registered() -> GraphElementRegistry | None:
+    """The registry `registration` set in this context (local runner, tests), if any;
+    `api.active_registry` falls back to Databricks' when none is."""
+    return _active.get()
 
 
 @contextmanager

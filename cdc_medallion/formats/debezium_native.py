@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from cdc_medallion.formats.debezium_types import CONNECT_TYPES, LOGICAL_TYPES
 from cdc_medallion.formats.native import NATIVE, position, reference, strict_json, whole_text
 from cdc_medallion.model import BRONZE_SCHEMA
 
@@ -172,8 +173,6 @@ def _value_text(column: str, value: str, raw: str = "x.h", magnitude: str = "x.d
 
 def _spark_type(column: str) -> str:
     """`debezium_json._spark_type`: a column's Spark type by its schema."""
-    from cdc_medallion.formats.debezium_json import CONNECT_TYPES, LOGICAL_TYPES
-
     logical, kind = f"{column}.name", f"lower({column}.type)"
     precision = f"nullif(try_cast({column}.parameters['connect.decimal.precision'] as int), 0)"
     scale = f"coalesce(try_cast({column}.parameters['scale'] as int), 0)"

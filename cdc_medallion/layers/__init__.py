@@ -1,9 +1,9 @@
 """Dataset definitions per layer; `transformations/*.py` call these so Databricks and the local
-runner load the very same graph."""
+runner load the very same graph. This module names the layers' datasets; it imports none of
+them (each imports it)."""
 
 from __future__ import annotations
 
-from cdc_medallion.config import PipelineConf
 from cdc_medallion.identifiers import dataset_name
 
 
@@ -19,12 +19,3 @@ def layer_of(dataset: str) -> str:
     """bronze, silver (side tables and quarantines included) or gold (with its `_state/` tables),
     read off a dataset's name: what progress lines and kill points name."""
     return next((layer for layer in ("bronze", "silver") if dataset.startswith(f"{layer}_")), "gold")
-
-
-def define_all(conf: PipelineConf) -> None:
-    """Every layer, in order (used where there is no transformations folder, e.g. `ingest`)."""
-    from cdc_medallion.layers import bronze, gold, silver
-
-    bronze.define(conf)
-    silver.define(conf)
-    gold.define(conf)

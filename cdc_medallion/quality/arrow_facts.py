@@ -21,7 +21,7 @@ from typing import Any
 from cdc_medallion.model import KIND_HELD
 from cdc_medallion.quality.accounting import HELD_SAMPLES, OTHER, OUTCOMES, QUARANTINED, SourceAccounting
 from cdc_medallion.quality.events import EVENT_TYPES, Update, fold_events
-from cdc_medallion.quality.report import (
+from cdc_medallion.quality.figures import (
     RAW_LIMIT,
     SAMPLES_PER_REASON,
     TOP_REASONS,

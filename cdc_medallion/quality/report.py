@@ -18,7 +18,6 @@ element with `data-*` attributes, so tests (and scrapers) read them. Raw message
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,28 +31,15 @@ from cdc_medallion.model import bronze_ref_column
 from cdc_medallion.quality import charts
 from cdc_medallion.quality.accounting import LABELS, OUTCOMES, SourceAccounting
 from cdc_medallion.quality.events import Check, DatasetRun, ExpectationRun, StaleKeys, Update, read_event_log
+from cdc_medallion.quality.figures import (
+    RAW_LIMIT,
+    SAMPLES_PER_REASON,
+    TOP_REASONS,
+    HeartbeatLag,
+    QuarantineReason,
+    quarantine_sample,
+)
 from cdc_medallion.quality.rendering import render
-
-RAW_LIMIT = 600
-TOP_REASONS = 10
-SAMPLES_PER_REASON = 3
-
-
-@dataclass
-class QuarantineReason:
-    dataset: str
-    rule: str
-    count: int
-    samples: list[dict[str, str | None]] = field(default_factory=list)
-
-
-@dataclass
-class HeartbeatLag:
-    source: str
-    count: int
-    latest_event: dt.datetime | None
-    latest_lag_seconds: float | None
-    max_lag_seconds: float | None
 
 
 @dataclass
@@ -97,24 +83,6 @@ def quarantine_reasons(
     if bronze:
         _raw_from_bronze(reasons, bronze)
     return reasons, totals
-
-
-def quarantine_sample(values: Mapping[str, Any], ref: str | None) -> dict[str, str | None]:
-    """A quarantined row as the report shows it: its bronze reference, why, and its raw message
-    (a typed row, from gold's change feed, has none: its values as JSON)."""
-    raw = values.get("raw_message")
-    if raw is None and "raw_message" not in values:
-        raw = json.dumps(
-            {k: v for k, v in values.items() if not k.startswith("__") and k != "failed_expectations"}, default=str
-        )
-    reason = values.get("error") or values.get("detail") or "; ".join(values.get("__cast_errors") or [])
-    if values.get("flags"):
-        reason = f"{reason or ''} flags: {', '.join(values['flags'])}".strip()
-    return {
-        "bronze_ref": values.get(ref) if ref else None,
-        "error": reason,
-        "raw": None if raw is None else str(raw)[:RAW_LIMIT],
-    }
 
 
 def _raw_from_bronze(reasons: list[QuarantineReason], bronze: list[DataFrame]) -> None:

@@ -11,6 +11,7 @@ from cdc_medallion.config import PipelineConf, using_conf
 from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow, Dataset, DatasetKind
 from cdc_medallion.declarative.registry import InMemoryRegistry, registration
 from cdc_medallion.errors import GraphError
+from cdc_medallion.layers import bronze, gold, silver
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,9 @@ def load_graph(conf: PipelineConf) -> Graph:
     registry = InMemoryRegistry()
     with using_conf(conf), registration(registry):
         if conf.transformations is None:  # ad-hoc runs: the packaged layer definitions
-            from cdc_medallion.layers import define_all
-
-            define_all(conf)
+            bronze.define(conf)
+            silver.define(conf)
+            gold.define(conf)
         else:
             for file in transformation_files(conf.transformations):
                 runpy.run_path(str(file), run_name=f"cdc_medallion_transformations.{file.stem}")
