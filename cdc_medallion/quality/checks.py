@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cdc_medallion.config import PipelineConf, TableConf
@@ -25,10 +24,13 @@ from cdc_medallion.layers import bronze_name, silver_name
 from cdc_medallion.model import KIND_HEARTBEAT, KIND_SCHEMA_CHANGE
 from cdc_medallion.quality.accounting import SourceAccounting, account_source
 from cdc_medallion.quality.events import QUALITY_CHECK, Check, StaleKeys, latest_stale_keys
+from cdc_medallion.quality.memo import QualityMemo
 from cdc_medallion.quality.rules import StaleKeysCheck, stale_keys_check
+from cdc_medallion.quality.suites import SuiteInput
 from cdc_medallion.storage.delta_store import SYSTEM_DIR, DeltaStore
 
 ACCOUNTING = "accounting"
+REUSED_FROM = "reused_from"  # a quality_check event's: the update whose results it records again
 STALE_KEYS = "stale_keys"
 SCHEMA_CHANGES, HEARTBEATS = "silver_schema_changes", "silver_heartbeats"
 
@@ -39,6 +41,8 @@ class QualityResult:
     checks: list[Check] = field(default_factory=list)
     data_docs: Path | None = None
     seconds: float = 0.0
+    #: "suite/dataset" -> the update whose results were taken again (its inputs unchanged since)
+    reused: dict[str, str] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[Check]:
@@ -121,40 +125,55 @@ def stale_keys_check_of(dataset: str, stale: StaleKeys, setting: StaleKeysCheck)
     )
 
 
-def gx_inputs(store: DeltaStore, conf: PipelineConf, tables: Iterable[TableConf], logged: dict) -> list:
-    from cdc_medallion.quality import suites
+@dataclass(frozen=True)
+class PlannedSuites:
+    """The GX suites over one dataset, before any table is read: the tables they read, what
+    they are beside those tables (the builder, the counts it compares with, the keys), and how
+    to build them. A memo hit (`memo.py`) never reads the tables; a miss builds and runs them."""
 
-    def read(name: str) -> DataFrame | None:
-        return store.read(name) if store.exists(name) else None
+    name: str  # the dataset they are named after
+    reads: tuple[str, ...]
+    definition: tuple[object, ...]
+    build: Callable[[], list[SuiteInput]]
+
+
+def gx_plans(store: DeltaStore, conf: PipelineConf, tables: Iterable[TableConf], logged: dict) -> list[PlannedSuites]:
+    """Every GX suite of the storage's tables, planned (each table that exists)."""
+    from cdc_medallion.quality import suites
 
     def logged_count(name: str, index: int = 0) -> int | None:
         return logged[name][index] if name in logged else None
 
-    inputs = []
+    def one(name: str, builder: Callable[..., SuiteInput], *args: object) -> PlannedSuites:
+        build = lambda: [builder(name, store.read(name), *args)]  # noqa: E731
+        return PlannedSuites(name, (name,), (builder.__name__, *args), build)
+
+    plans = []
     for source in conf.sources:
         bronze, silver = bronze_name(source.name), silver_name(source.name)
-        if (frame := read(bronze)) is not None:
-            inputs.append(suites.bronze_suite(bronze, frame, logged_count(bronze)))
-        if (frame := read(silver)) is not None:
-            inputs.append(suites.silver_suite(silver, frame, logged_count(silver)))
         quarantine = f"{silver}_quarantine"
-        if (frame := read(quarantine)) is not None:
-            inputs.append(suites.quarantine_suite(quarantine, frame, logged_count(silver, 1)))
+        plans += [
+            one(bronze, suites.bronze_suite, logged_count(bronze)),
+            one(silver, suites.silver_suite, logged_count(silver)),
+            one(quarantine, suites.quarantine_suite, logged_count(silver, 1)),
+        ]
     for name, kind in ((SCHEMA_CHANGES, KIND_SCHEMA_CHANGE), (HEARTBEATS, KIND_HEARTBEAT)):
-        if (frame := read(name)) is not None:
-            inputs.append(suites.side_suite(name, frame, kind, logged_count(name)))
+        plans.append(one(name, suites.side_suite, kind, logged_count(name)))
     for table in tables:
-        gold = table.gold_name
-        if not table.keys or (current := read(gold)) is None:
+        gold, keys = table.gold_name, tuple(table.keys)
+        if not keys or not store.exists(gold):
             continue
-        keys = tuple(table.keys)
-        inputs.append(suites.scd1_suite(gold, current, keys))
-        if (history := read(f"{gold}_history")) is not None:
-            inputs.extend(suites.scd2_suites(f"{gold}_history", history, current, keys))
+        plans.append(one(gold, suites.scd1_suite, keys))
+        history = f"{gold}_history"
+        if store.exists(history):
+
+            def scd2(history: str = history, gold: str = gold, keys: tuple[str, ...] = keys) -> list[SuiteInput]:
+                return suites.scd2_suites(history, store.read(history), store.read(gold), keys)
+
+            plans.append(PlannedSuites(history, (history, gold), ("scd2_suites", keys), scd2))
         quarantine = dataset_name("changes", gold.removeprefix("gold_")) + "_quarantine"
-        if (frame := read(quarantine)) is not None:
-            inputs.append(suites.quarantine_suite(quarantine, frame, None))
-    return inputs
+        plans.append(one(quarantine, suites.quarantine_suite, None))
+    return [plan for plan in plans if all(store.exists(name) for name in plan.reads)]
 
 
 def run_quality_checks(
@@ -172,18 +191,26 @@ def run_quality_checks(
     started = time.monotonic()
     result = QualityResult()
     log = EventLog(store, conf.name, update_id)
+    memo = QualityMemo(store, quality_dir(store.root))
     for source in conf.sources:
         bronze = bronze_name(source.name)
         if not store.exists(bronze):
             continue
         silver = silver_name(source.name)
         quarantine = f"{silver}_quarantine"
-        accounted = account_source(
-            source.name,
-            store.read(bronze),
-            store.read(silver) if store.exists(silver) else None,
-            store.read(quarantine) if store.exists(quarantine) else None,
-        )
+        check_name = f"{ACCOUNTING}/{source.name}"
+        key = memo.key(check_name, (bronze, silver, quarantine), source.name)
+        if (recalled := memo.recall(check_name, key)) is not None:
+            accounted = SourceAccounting.from_dict(recalled["results"])
+            result.reused[check_name] = recalled["update_id"]
+        else:
+            accounted = account_source(
+                source.name,
+                store.read(bronze),
+                store.read(silver) if store.exists(silver) else None,
+                store.read(quarantine) if store.exists(quarantine) else None,
+            )
+            memo.remember(check_name, key, update_id, accounted.as_dict())
         result.accounting.append(accounted)
         checks = accounting_checks(accounted)
         result.checks.extend(checks)
@@ -195,6 +222,7 @@ def run_quality_checks(
                     "suite": ACCOUNTING,
                     "accounting": accounted.as_dict(),
                     "checks": [c.as_dict() for c in checks],
+                    **_reused(result, check_name),
                 }
             },
             dataset=source.name,
@@ -211,10 +239,26 @@ def run_quality_checks(
             level="INFO" if check.success else "WARN",
         )
     if great_expectations:
-        from cdc_medallion.quality.suites import SUITE, run_suites
+        from cdc_medallion.quality.suites import SUITE, docs_index, run_suites
 
-        inputs = gx_inputs(store, conf, tables, logged_rows(store))
-        checks, docs = run_suites(inputs, quality_dir(store.root), run_name=update_id)
+        checks, to_run, planned = [], [], {}
+        for plan in gx_plans(store, conf, tables, logged_rows(store)):
+            check_name = f"{SUITE}/{plan.name}"
+            key = memo.key(check_name, plan.reads, plan.definition)
+            if (recalled := memo.recall(check_name, key)) is not None:
+                checks.extend(Check(**c) for c in recalled["results"])
+                result.reused.update({f"{SUITE}/{c['dataset']}": recalled["update_id"] for c in recalled["results"]})
+            else:
+                built = plan.build()
+                to_run += built
+                planned[check_name] = (key, {suite.dataset for suite in built})
+        if to_run or not docs_index(store.root / SYSTEM_DIR).is_file():
+            ran, docs = run_suites(to_run, quality_dir(store.root), run_name=update_id)
+        else:  # nothing to validate: GX (seconds to import) is not started, its Data Docs stand
+            ran, docs = [], docs_index(store.root / SYSTEM_DIR)
+        for check_name, (key, datasets) in planned.items():
+            memo.remember(check_name, key, update_id, [c.as_dict() for c in ran if c.dataset in datasets])
+        checks.extend(ran)
         result.checks.extend(checks)
         result.data_docs = docs
         by_dataset: dict[str, list[Check]] = {}
@@ -226,7 +270,14 @@ def run_quality_checks(
             log.emit(
                 QUALITY_CHECK,
                 f"great expectations suite {dataset}: {'passed' if ok else 'failed'}",
-                {QUALITY_CHECK: {"suite": SUITE, "data_docs": docs_path, "checks": [c.as_dict() for c in found]}},
+                {
+                    QUALITY_CHECK: {
+                        "suite": SUITE,
+                        "data_docs": docs_path,
+                        "checks": [c.as_dict() for c in found],
+                        **_reused(result, f"{SUITE}/{dataset}"),
+                    }
+                },
                 dataset=dataset,
                 level="INFO" if ok else "WARN",
             )
@@ -238,8 +289,16 @@ def run_quality_checks(
         {QUALITY_CHECK: {"suite": "summary", "seconds": round(result.seconds, 1)}},
     )
     log.flush()
+    memo.save()
+    reused = f"; {len(result.reused)} taken from earlier updates, their tables unchanged" if result.reused else ""
     say(
         f"quality: {len(result.checks)} checks, {len(result.failed)} failed, {len(result.warnings)} warning(s)"
-        f" ({result.seconds:.1f}s)"
+        f" ({result.seconds:.1f}s{reused})"
     )
     return result
+
+
+def _reused(result: QualityResult, check: str) -> dict[str, str]:
+    """An event's `reused_from`: the update whose results a check took again, if it did."""
+    update = result.reused.get(check)
+    return {REUSED_FROM: update} if update is not None else {}
