@@ -100,7 +100,6 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    register_sources(spark)
     parse_over_cores(spark)
     return spark
 
@@ -169,10 +168,3 @@ def parse_over_cores(spark: SparkSession) -> None:
     from cdc_medallion.formats.base import PARSE_PARTITIONS_CONF
 
     spark.conf.set(PARSE_PARTITIONS_CONF, str(spark.sparkContext.defaultParallelism))
-
-
-def register_sources(spark: SparkSession) -> None:
-    """Our Python data sources, by the names the runner reads them with."""
-    from cdc_medallion.sources.files import FileSource
-
-    spark.dataSource.register(FileSource)

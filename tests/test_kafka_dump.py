@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_medallion.config import InputConf, SourceConf
+from cdc_medallion.lines import Lines
 from cdc_medallion.sources.files import FileLanding
-from cdc_medallion.sources.kafka_dump import KAFKA_COLUMNS, _plain_records, unpack_line, unpack_lines
+from cdc_medallion.sources.kafka_dump import KAFKA_COLUMNS, _plain_records, unpack_block, unpack_line
 
 TOPIC = "default.topic"
 MISSING = object()
@@ -69,7 +70,7 @@ def reference(lines: list[bytes], topic: str | None = TOPIC) -> pa.Table:
 @given(st.booleans().flatmap(lambda plain: st.lists(dump_lines(plain), min_size=1, max_size=12)))
 def test_a_block_lands_as_its_lines_do_one_by_one(lines):
     block = b"\n".join(lines) + b"\n"
-    assert unpack_lines(lines, block, TOPIC).equals(reference(lines))
+    assert unpack_block(block, Lines.of(block), TOPIC).equals(reference(lines))
 
 
 def plain(n: int, **extra) -> list[bytes]:
@@ -84,11 +85,11 @@ def plain(n: int, **extra) -> list[bytes]:
 
 
 def test_plain_records_are_read_by_arrow_and_anything_else_is_not():
-    lines = plain(3)
-    assert _plain_records(lines, b"\n".join(lines)).num_rows == 3
+    block = b"\n".join(plain(3))
+    assert _plain_records(block, Lines.of(block)).num_rows == 3
     for odd in (b"", b'{"value":"a","extra":1}', b'{"value":"a"} {"value":"b"}', b'{"value":"a","offset":"7"}'):
-        mixed = [*lines, odd]
-        assert _plain_records(mixed, b"\n".join(mixed)) is None, odd
+        mixed = odd + b"\n" + block
+        assert _plain_records(mixed, Lines.of(mixed)) is None, odd
 
 
 def test_what_a_null_or_a_missing_field_means():
@@ -101,7 +102,8 @@ def test_what_a_null_or_a_missing_field_means():
         b'{"topic":"t","partition":3000000000,"value":"v"}',  # does not fit the partition column
         b'{"topic":"t","timestamp":1700000000123,"value":"v"}',
     ]
-    rows = unpack_lines(lines, b"\n".join(lines), TOPIC).to_pylist()
+    block = b"\n".join(lines)
+    rows = unpack_block(block, Lines.of(block), TOPIC).to_pylist()
     assert [(r["value"], r["_landing_error"] is None) for r in rows[:2]] == [(None, True), (None, True)]
     assert rows[2]["value"] == lines[2] and "no 'value' or 'value_base64'" in rows[2]["_landing_error"]
     assert (rows[3]["topic"], rows[4]["topic"]) == (TOPIC, None)

@@ -19,7 +19,9 @@ from cdc_medallion.config import SourceConf
 from cdc_medallion.declarative.definitions import Dataset
 from cdc_medallion.errors import GraphError
 from cdc_medallion.runner import expectations as exp
-from cdc_medallion.sources.files import SOURCE_NAME, source_options
+from cdc_medallion.sources.file_stream import file_stream
+from cdc_medallion.sources.files import FileLanding
+from cdc_medallion.sources.landing_log import LandingLog
 
 if TYPE_CHECKING:
     from cdc_medallion.runner.local import LocalRunner
@@ -64,20 +66,27 @@ class PlanReader:
         return self.runner.store.read(name)
 
     def read_source(self, source: SourceConf) -> DataFrame:
+        """A source's new messages as a stream. A local input's new batches are planned here,
+        before the query starts, when this update lands (`landing_log.py`); a continuous run
+        goes on planning what arrives while it runs."""
         spark = self.runner.spark
+        self.inputs.sources.append(source)
         if source.input is None:
             from cdc_medallion.sources.kafka import kafka_stream
 
-            self.inputs.sources.append(source)
             return kafka_stream(source)
         if not source.input.path.exists():
             missing = source.input.path
             self.runner.progress(f"  source {source.name}: input {missing} does not exist (yet): nothing to land")
-        self.inputs.sources.append(source)
         conf = self.runner.conf
         cores = spark.sparkContext.defaultParallelism
-        options = source_options(source, conf.max_messages_per_batch, conf.max_bytes_per_batch, cores)
-        return spark.readStream.format(SOURCE_NAME).options(**options).load()
+        landing = FileLanding(source, conf.max_messages_per_batch, conf.max_bytes_per_batch, cores)
+        log = LandingLog(self.runner.store.checkpoint(self.query), landing)
+        if self.runner.land:
+            log.plan()
+        if self.runner.continuous:
+            log.keep_planning()
+        return file_stream(spark, log, cores)
 
     def _fresh(self, name: str) -> None:
         self.runner.ensure_fresh(name)

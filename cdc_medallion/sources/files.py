@@ -1,43 +1,39 @@
-"""Local bronze landing from files, byte-exact and incremental, as a Spark streaming source.
+"""Local bronze landing from files: what the input holds beyond an offset, planned in bounded
+batches and read byte-exact as bronze rows.
 
 Three layouts: `json-lines` (one message per line), `kafka-dump` (one JSON object per line
 with topic/partition/offset/timestamp/key/value or value_base64/headers; `kafka_dump.py`) and
-`files` (one message per file). Files may grow: the source's offset is, per file, how many bytes
-and lines of it have been landed, so a stream resumes exactly at the next line. Spark keeps the
-offsets in the query's checkpoint, which is what makes landing exactly-once with the idempotent
-bronze write (`runner/batches.py`).
+`files` (one message per file). Files may grow: an offset is, per file, how many bytes and lines
+of it have been landed, so landing resumes exactly at the next line.
 
-`FileLanding` plans micro-batches (in the driver: bounded in messages and bytes, whichever comes
-first) and reads them (in a task: one block per file range, cut at its newlines, its columns
-built as Arrow arrays). `FileSource` is the Spark data source around it, `cdc-files`.
+`FileLanding` plans batches (bounded in messages and bytes, whichever comes first; a big file's
+range cut at its newlines into a piece per core) and reads a piece as bronze rows (`read`: its
+lines found by numpy and its columns built as Arrow arrays, `lines.py`). The bronze query lands
+the batches the driver planned (`landing_log.py`, `file_stream.py`); `next_batch` plans and reads
+one batch in this process, for tools and tests.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import StructType
 
 from cdc_medallion.config import DEFAULT_MAX_BYTES_PER_BATCH, DEFAULT_MAX_MESSAGES_PER_BATCH, InputConf, SourceConf
+from cdc_medallion.lines import NEWLINE_BYTE, Lines
 from cdc_medallion.model import BRONZE_SCHEMA
-from cdc_medallion.sources.kafka_dump import KAFKA_COLUMNS, unpack_lines
+from cdc_medallion.sources.kafka_dump import KAFKA_COLUMNS, unpack_block
 
-SOURCE_NAME = "cdc-files"
 BRONZE_ARROW = pa.schema([f.with_nullable(True) for f in to_arrow_schema(BRONZE_SCHEMA, timezone="UTC")])
-_FIRST_READ = 1 << 20  # a block is read in growing pieces, so a small batch reads little
 #: A file range is read by one task; a bigger one is cut at its newlines into up to `pieces`
 #: ranges of at least this many bytes, so a batch of one big file lands on every core.
 MIN_PIECE_BYTES = 4 << 20
+_SCAN = 8 << 20  # the planner counts newlines in pieces of this many bytes, into one reused buffer
 
 #: Per file path: [bytes landed, lines landed]. A Spark offset must be a dict of plain values.
 Offset = dict[str, dict[str, list[int]]]
@@ -51,6 +47,15 @@ class FileRange:
     start: int
     end: int
     first_line: int
+
+
+@dataclass(frozen=True)
+class LandingSpec:
+    """What reading a range needs to know of its source: sent to the tasks that read."""
+
+    name: str
+    topic: str | None
+    layout: str
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class FileLanding:
             raise ValueError(f"source {source.name!r} has no local input")
         self.source = source
         self.input: InputConf = source.input
+        self.spec = LandingSpec(source.name, source.topic, source.input.layout)
         self.max_messages = max_messages
         self.max_bytes = max_bytes
         self.pieces = max(1, pieces)
@@ -122,12 +128,12 @@ class FileLanding:
             if landed >= size:
                 continue
             with open(path, "rb") as handle:
-                handle.seek(landed)
-                block = _read_block(handle, min(max_bytes - size_read, size - landed), max_messages - messages)
-            count = _line_count(block)
-            end[path] = [landed + len(block), lines + count]
+                length, count = _scan(
+                    handle, landed, min(max_bytes - size_read, size - landed), max_messages - messages
+                )
+            end[path] = [landed + length, lines + count]
             messages += count
-            size_read += len(block)
+            size_read += length
         return {"files": end}
 
     def ranges(self, start: Offset, end: Offset) -> list[FileRange]:
@@ -154,26 +160,18 @@ class FileLanding:
                 target = whole.start + size * share // count
                 if target <= start:
                     continue
-                handle.seek(start)
-                block = handle.read(target - start)
-                block += handle.readline(max(0, whole.end - target))
-                if start + len(block) >= whole.end or not block.endswith(b"\n"):
+                handle.seek(target)
+                cut = target + len(handle.readline(max(0, whole.end - target)))
+                if cut >= whole.end or _byte_before(handle, cut) != NEWLINE_BYTE:
                     break
-                pieces.append(FileRange(whole.path, start, start + len(block), first_line))
-                start, first_line = start + len(block), first_line + block.count(b"\n")
+                pieces.append(FileRange(whole.path, start, cut, first_line))
+                start, first_line = cut, first_line + _newlines(handle, start, cut)
         pieces.append(FileRange(whole.path, start, whole.end, first_line))
         return pieces
 
     def read(self, part: FileRange, now: dt.datetime | None = None) -> pa.Table:
         """One range's messages as bronze rows."""
-        now = now or dt.datetime.now(dt.UTC)
-        path = Path(part.path)
-        if self.input.layout == "files":
-            return self._table([path.read_bytes()], b"", path, 0, now)
-        with path.open("rb") as handle:
-            handle.seek(part.start)
-            block = handle.read(part.end - part.start)
-        return self._table(_messages(block), block, path, part.first_line, now)
+        return read_range(self.spec, part, now or dt.datetime.now(dt.UTC))
 
     def next_batch(self, start: Offset | None = None) -> LandingBatch:
         """Plan and read the next batch after `start` here, in this process: what one batch of
@@ -183,147 +181,92 @@ class FileLanding:
         tables = [self.read(part) for part in self.ranges(start, end)]
         return LandingBatch(pa.concat_tables(tables) if tables else BRONZE_ARROW.empty_table(), end)
 
-    def _table(self, messages: list[bytes], block: bytes, path: Path, first_line: int, now: dt.datetime) -> pa.Table:
-        count = len(messages)
-        if self.input.layout == "kafka-dump":
-            kafka = unpack_lines(messages, block, self.source.topic)
-        else:
-            kafka = _raw_messages(messages, self.source.topic)
-        columns = {
-            "_source": pa.repeat(pa.scalar(self.source.name, pa.string()), count),
-            "_file": pa.repeat(pa.scalar(str(path), pa.string()), count),
-            "_line": pa.array(np.arange(first_line, first_line + count, dtype=np.int64)),
-            "_ingest_ts": pa.repeat(pa.scalar(now, BRONZE_ARROW.field("_ingest_ts").type), count),
-        }
-        return pa.Table.from_arrays(
-            [columns[name] if name in columns else kafka.column(name) for name in BRONZE_ARROW.names],
-            schema=BRONZE_ARROW,
+
+def read_range(spec: LandingSpec, part: FileRange, now: dt.datetime, lines: int | None = None) -> pa.Table:
+    """A range's messages as bronze rows: a `files` input's whole file, else the range's lines.
+    `lines`: how many the range was planned to hold; a range that holds another number (its file
+    was cut short or rewritten since) is refused, naming the file."""
+    path = Path(part.path)
+    if spec.layout == "files":
+        return _rows(spec, _raw_messages(pa.array([path.read_bytes()], pa.binary()), spec.topic), path, 0, now)
+    with path.open("rb") as handle:
+        handle.seek(part.start)
+        block = handle.read(part.end - part.start)
+    if len(block) != part.end - part.start:
+        raise ValueError(
+            f"{path}: bytes {part.start}-{part.end} were planned, the file now ends at {part.start + len(block)}"
         )
+    bounds = Lines.of(block)
+    if lines is not None and len(bounds) != lines:
+        raise ValueError(f"{path}: bytes {part.start}-{part.end} held {lines} lines when planned, now {len(bounds)}")
+    if spec.layout == "kafka-dump":
+        kafka = unpack_block(block, bounds, spec.topic)
+    else:
+        kafka = _raw_messages(bounds.values(block), spec.topic)
+    return _rows(spec, kafka, path, part.first_line, now)
 
 
-def _read_block(handle: BinaryIO, max_bytes: int, max_messages: int) -> bytes:
-    """The next whole lines: up to `max_messages`, and up to the first that reaches `max_bytes`
-    (so one line bigger than the budget still lands). A final line without a newline is one."""
-    pieces: list[bytes] = []
-    size = newlines = 0
-    step = _FIRST_READ
-    while size < max_bytes and newlines < max_messages:
-        piece = handle.read(min(step, max_bytes - size))
-        if not piece:
-            break
-        pieces.append(piece)
-        size += len(piece)
-        newlines += piece.count(b"\n")
-        step *= 2
-    block = b"".join(pieces)
-    if newlines >= max_messages:
-        end = -1
-        for _ in range(max_messages):
-            end = block.index(b"\n", end + 1)
-        return block[: end + 1]
-    if size >= max_bytes and not block.endswith(b"\n"):
-        block += handle.readline()  # the line that crosses the budget
-    return block
+def _rows(spec: LandingSpec, kafka: pa.Table, path: Path, first_line: int, now: dt.datetime) -> pa.Table:
+    count = kafka.num_rows
+    columns = {
+        "_source": pa.repeat(pa.scalar(spec.name, pa.string()), count),
+        "_file": pa.repeat(pa.scalar(str(path), pa.string()), count),
+        "_line": pa.array(np.arange(first_line, first_line + count, dtype=np.int64)),
+        "_ingest_ts": pa.repeat(pa.scalar(now, BRONZE_ARROW.field("_ingest_ts").type), count),
+    }
+    return pa.Table.from_arrays(
+        [columns[name] if name in columns else kafka.column(name) for name in BRONZE_ARROW.names],
+        schema=BRONZE_ARROW,
+    )
 
 
-def _line_count(block: bytes) -> int:
-    """How many messages `_messages(block)` holds, without cutting them out."""
-    return block.count(b"\n") + (1 if block and not block.endswith(b"\n") else 0)
-
-
-def _messages(block: bytes) -> list[bytes]:
-    """A block's lines without their b'\\n' (a b'\\r' before it is part of the message)."""
-    messages = block.split(b"\n")
-    if not messages[-1]:
-        messages.pop()
-    return messages
-
-
-def _raw_messages(messages: list[bytes], topic: str | None) -> pa.Table:
+def _raw_messages(values: pa.Array, topic: str | None) -> pa.Table:
     """Messages landed as they are: the value is the message's bytes, Kafka's other columns empty."""
-    count = len(messages)
+    count = len(values)
     columns = {name: pa.nulls(count, KAFKA_COLUMNS.field(name).type) for name in KAFKA_COLUMNS.names}
-    columns["value"] = pa.array(messages, pa.binary())
+    columns["value"] = values
     columns["topic"] = pa.repeat(pa.scalar(topic, pa.string()), count)
     return pa.table(columns, schema=KAFKA_COLUMNS)
 
 
-# --- the Spark data source -----------------------------------------------------------------------
-def source_options(source: SourceConf, max_messages: int, max_bytes: int, pieces: int = 1) -> dict[str, str]:
-    """The options `spark.readStream.format("cdc-files")` takes for one source; `pieces`: how
-    many tasks may read one file's range of a batch (the cores Spark has)."""
-    assert source.input is not None
-    return {
-        "source": json.dumps(
-            {
-                "name": source.name,
-                "format": source.format,
-                "topic": source.topic,
-                "path": str(source.input.path),
-                "layout": source.input.layout,
-                "pattern": source.input.pattern,
-            }
-        ),
-        "max_messages": str(max_messages),
-        "max_bytes": str(max_bytes),
-        "pieces": str(pieces),
-    }
+def _scan(handle: BinaryIO, start: int, max_bytes: int, max_messages: int) -> tuple[int, int]:
+    """How many bytes and lines from `start` make the next whole lines: up to `max_messages`,
+    and up to the first that reaches `max_bytes` (so one line bigger than the budget still
+    lands). A final line without a newline is one. Counted in pieces, nothing kept."""
+    handle.seek(start)
+    buffer = bytearray(min(_SCAN, max(1, max_bytes)))
+    length = newlines = 0
+    last = NEWLINE_BYTE
+    while length < max_bytes and newlines < max_messages:
+        read = handle.readinto(memoryview(buffer)[: min(len(buffer), max_bytes - length)])
+        if not read:
+            break
+        found = buffer.count(b"\n", 0, read)
+        if newlines + found >= max_messages:  # the budget's last message ends in this piece
+            cuts = np.flatnonzero(np.frombuffer(buffer, np.uint8, read) == NEWLINE_BYTE)
+            return length + int(cuts[max_messages - newlines - 1]) + 1, max_messages
+        length, newlines, last = length + read, newlines + found, buffer[read - 1]
+    if length >= max_bytes and last != NEWLINE_BYTE:
+        rest = handle.readline()  # the line that crosses the budget
+        length, last = length + len(rest), rest[-1] if rest else last
+        newlines += rest.endswith(b"\n")
+    return length, newlines + (1 if length and last != NEWLINE_BYTE else 0)
 
 
-def _landing(options: dict[str, str]) -> FileLanding:
-    spec = json.loads(options["source"])
-    # Checked when the conf was read, on the driver. A worker rebuilds it unchecked: checking
-    # needs the format registry, and a format registered at run time exists only on the driver.
-    given = InputConf.model_construct(path=Path(spec["path"]), layout=spec["layout"], pattern=spec["pattern"])
-    source = SourceConf.model_construct(name=spec["name"], format=spec["format"], topic=spec["topic"], input=given)
-    return FileLanding(source, int(options["max_messages"]), int(options["max_bytes"]), int(options["pieces"]))
+def _newlines(handle: BinaryIO, start: int, end: int) -> int:
+    """How many newlines bytes [start, end) of a file hold, counted in pieces."""
+    handle.seek(start)
+    buffer = bytearray(min(_SCAN, max(1, end - start)))
+    count, left = 0, end - start
+    while left > 0:
+        read = handle.readinto(memoryview(buffer)[: min(len(buffer), left)])
+        if not read:
+            break
+        count += buffer.count(b"\n", 0, read)
+        left -= read
+    return count
 
 
-class _Range(InputPartition):
-    def __init__(self, part: FileRange) -> None:
-        super().__init__(part)
-
-
-class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets and partitions of `FileLanding`; an `availableNow` update reads the files up to
-    their sizes when it began, so a file that keeps growing cannot keep an update running."""
-
-    def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
-        self.landing = _landing(options)
-        self.frozen: dict[str, int] | None = None
-
-    def initialOffset(self) -> dict:
-        return {"files": {}}
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxRows(self.landing.max_messages)
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self.frozen = self.landing.sizes()
-
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        return self.landing.plan(start, self.frozen, bounded=not isinstance(limit, ReadAllAvailable))
-
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return [_Range(part) for part in self.landing.ranges(start, end)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from self.landing.read(partition.value).to_batches()
-
-    def commit(self, end: dict) -> None:
-        pass
-
-
-class FileSource(DataSource):
-    """`spark.readStream.format("cdc-files").options(**source_options(...)).load()`."""
-
-    @classmethod
-    def name(cls) -> str:
-        return SOURCE_NAME
-
-    def schema(self) -> StructType:
-        return BRONZE_SCHEMA
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return FileStreamReader(dict(self.options))
+def _byte_before(handle: BinaryIO, position: int) -> int:
+    handle.seek(position - 1)
+    return handle.read(1)[0]

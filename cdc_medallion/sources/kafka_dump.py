@@ -5,13 +5,14 @@ value_base64/key_base64/headers. `unpack_line` is the definition: what one line 
 including why a line that cannot be unpacked lands with a `_landing_error` instead of a value.
 
 Unpacking line by line in Python would be most of bronze's time on a Debezium dump (json.loads
-of a record whose value is a whole escaped message). `unpack_lines` hands a block of plain
+of a record whose value is a whole escaped message). `unpack_block` hands a block of plain
 records (the six fields above, of their JSON types, nothing else) to Arrow's JSON reader, which
 unpacks them in C++ on every core, and unpacks in Python only the lines Arrow cannot take
 exactly as `unpack_line` would: a block Arrow rejects (any line with another field, another
 type, invalid JSON or invalid UTF-8), and lines whose meaning a null hides (a null topic against
 a missing one; a null value, unless the line spells the tombstone's `"value":null`, as a missing
-value is an error) or whose number is out of its column's range.
+value is an error) or whose number is out of its column's range. The block's lines are given as
+bounds (`cdc_medallion.lines.Lines`), so a block Arrow takes makes no Python object per line.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
-import io
 import json
 from typing import Any
 
@@ -27,6 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
+
+from cdc_medallion.lines import Lines
 
 KAFKA_COLUMNS = pa.schema(
     [
@@ -92,11 +94,11 @@ def unpack_line(raw: bytes, topic: str | None) -> dict[str, Any]:
     return row
 
 
-def unpack_lines(lines: list[bytes], block: bytes, topic: str | None) -> pa.Table:
-    """The Kafka columns of `lines`, which are `block` cut at its newlines."""
-    plain = _plain_records(lines, block)
+def unpack_block(block: bytes, lines: Lines, topic: str | None) -> pa.Table:
+    """The Kafka columns of the `lines` of `block`."""
+    plain = _plain_records(block, lines)
     if plain is None:
-        return pa.Table.from_pylist([unpack_line(raw, topic) for raw in lines], schema=KAFKA_COLUMNS)
+        return _unpacked(block, lines, range(len(lines)), topic)
     stamps = plain.column("timestamp")
     unclear = pc.fill_null(
         pc.or_kleene(
@@ -119,30 +121,51 @@ def unpack_lines(lines: list[bytes], block: bytes, topic: str | None) -> pa.Tabl
         schema=KAFKA_COLUMNS,
     )
     tombstones = _where(pc.is_null(plain.column("value")))
-    positions = sorted(set(_where(unclear)) | {i for i in tombstones if _NULL_VALUE not in lines[i]})
+    spelled = {i for i in tombstones if _NULL_VALUE in lines.line(block, i)}
+    positions = sorted(set(_where(unclear)) | (set(tombstones) - spelled))
     if not positions:
         return table
-    redone = pa.Table.from_pylist([unpack_line(lines[i], topic) for i in positions], schema=KAFKA_COLUMNS)
+    redone = _unpacked(block, lines, positions, topic)
     order = np.arange(len(lines))
     order[positions] = len(lines) + np.arange(len(positions))
     return pa.concat_tables([table, redone]).take(order)
 
 
-def _plain_records(lines: list[bytes], block: bytes) -> pa.Table | None:
+def _unpacked(block: bytes, lines: Lines, positions: range | list[int], topic: str | None) -> pa.Table:
+    """The lines at `positions` unpacked one by one, as `unpack_line` defines."""
+    return pa.Table.from_pylist([unpack_line(lines.line(block, i), topic) for i in positions], schema=KAFKA_COLUMNS)
+
+
+def _plain_records(block: bytes, lines: Lines) -> pa.Table | None:
     """Every line of `block` read by Arrow as a plain record, or None if any line is not one.
 
     Arrow skips blank lines and reads two objects on a line as two rows, so its rows are the
     lines only when each line starts an object and the counts agree.
     """
-    if not lines or not all(line.startswith(b"{") for line in lines):
+    if not len(lines) or not (lines.ends > lines.starts).all():
+        return None
+    if not (np.frombuffer(block, np.uint8)[lines.starts] == ord("{")).all():
         return None
     options = pa_json.ParseOptions(explicit_schema=PLAIN_RECORD, unexpected_field_behavior="error")
+    buffer = pa.py_buffer(block)
+    if not _is_utf8(buffer):  # Arrow's JSON reader lets encoded surrogates through; the line reader does not
+        return None
     try:
-        block.decode("utf-8")  # Arrow's reader lets encoded surrogates through; the line reader does not
-        plain = pa_json.read_json(io.BytesIO(block), parse_options=options)
-    except (pa.ArrowException, ValueError):  # UnicodeDecodeError is a ValueError
+        plain = pa_json.read_json(pa.BufferReader(buffer), parse_options=options)
+    except pa.ArrowException:
         return None
     return plain if plain.num_rows == len(lines) else None
+
+
+def _is_utf8(buffer: pa.Buffer) -> bool:
+    """Whether `buffer` is strict UTF-8, as Python's decoder takes it (no encoded surrogate, no
+    overlong form), checked by Arrow's cast to text: no decoded copy of a block."""
+    offsets = pa.py_buffer(np.array([0, buffer.size], np.int64))
+    try:
+        pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, buffer]).cast(pa.large_string())
+    except pa.ArrowInvalid:
+        return False
+    return True
 
 
 def _where(mask: pa.ChunkedArray) -> list[int]:
