@@ -38,7 +38,8 @@ def test_the_driver_maps_the_class_archive_setup_trained(spark):
 
     archive = archive_path()
     if archive is None or not archive.is_file():
-        pytest.skip(f"no class archive at {archive}: `make setup` trains it (python -m cdc_medallion.class_archive_training)")
+        training = "python -m cdc_medallion.class_archive_training"
+        pytest.skip(f"no class archive at {archive}: `make setup` trains it ({training})")
     pid = spark._jvm.java.lang.ProcessHandle.current().pid()
     if not os.path.exists(f"/proc/{pid}/maps"):
         pytest.skip("the JVM's mappings are read from /proc, which this system does not have")
