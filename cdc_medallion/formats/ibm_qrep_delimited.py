@@ -8,11 +8,13 @@ Column names and types come from the `tables` option (`--columns` for `cdc-medal
 Segmented transactions (segments 0001, 0002, ..., and 0000 for the last) are reassembled per
 transaction id and commit LSN; a transaction's changes are emitted only once it is complete, so
 gold never shows half of one. Until then its messages are held (re-fed next run); after
-`incomplete_timeout_seconds` they are quarantined as an incomplete transaction. A redelivered
-segment (same transaction, segment number and bytes) becomes a `transaction` event flagged
-`duplicate_segment`: counted in silver, never applied. A segment with the same number but other
-bytes is quarantined. Completed segmented transactions leave a `transaction` event whose
-segment digests recognise redeliveries in later runs too.
+`incomplete_timeout_seconds` they are quarantined as an incomplete transaction, by a timer even
+when nothing else arrives (`timed`). A redelivered segment (same transaction, segment number and
+bytes) becomes a `transaction` event flagged `duplicate_segment`: counted in silver, never
+applied. A segment with the same number but other bytes is quarantined. Completed segmented
+transactions leave a `transaction` event whose segment digests recognise redeliveries in later
+runs too, for `redelivery_window_seconds` of landing time (the state keeps one per transaction,
+`context_key`, and nothing of a completed transaction after that).
 
 Order: the commit LSN (both widths compared as numbers) and the record's position within its
 transaction, then the landing position. Timestamps are decoded; invalid ones (the spec's own

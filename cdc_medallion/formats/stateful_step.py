@@ -148,16 +148,16 @@ def bronze_arrow() -> pa.Schema:
     return BRONZE_ARROW
 
 
-def bronze_rows(frames: Iterator[pd.DataFrame], columns: list[str] | None = None) -> pa.Table:
+def bronze_rows(frames: Iterator[pd.DataFrame], names: list[str] | None = None) -> pa.Table:
     """A group's new rows as bronze Arrow rows, with their `COPY` mark (pandas gives naive
-    UTC times, and Python objects for binaries and header lists). `columns`: the names of the
+    UTC times, and Python objects for binaries and header lists). `names`: the names of the
     frames' columns, for an operator that numbers them instead (`transformWithStateInPandas`
     renames a column whose name starts with an underscore to its position)."""
     schema = bronze_arrow().append(pa.field(COPY, pa.bool_()))
     tables = []
     for frame in frames:
-        if columns is not None:
-            frame.columns = columns
+        if names is not None:
+            frame.columns = names
         frame = frame.drop(columns=[GROUP])
         columns = []
         for f in schema:
