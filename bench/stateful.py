@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--conf", required=True, help="a conf (e.g. `cdc-medallion generate`'s conf.yml)")
     parser.add_argument("--source", required=True, help="the source to parse")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--files", type=int, default=1, help="bronze files, one per micro-batch")
+    parser.add_argument("--files", default="1", help="bronze files, one per micro-batch (a list: 1,10)")
     args = parser.parse_args()
     conf = load_conf(args.conf)
     [source] = [s for s in conf.sources if s.name == args.source]
@@ -38,13 +38,13 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-stateful-"))
     try:
         landed = FileLanding(source, max_messages=10_000_000).next_batch().to_arrow()
-        bronze = str(work / "bronze")
-        spark.createDataFrame(landed, schema=BRONZE_SCHEMA).repartition(args.files, "_line").sortWithinPartitions(
-            "_line"
-        ).write.format("delta").save(bronze)
-        times = [_run(spark, source, bronze, work / f"checkpoint-{n}") for n in range(args.runs)]
-        print(f"{source.format}: {landed.num_rows:,} messages, {args.files} micro-batch(es)")
-        print("  runs: " + ", ".join(f"{t:.2f}s" for t in times) + f"; best {min(times):.2f}s")
+        for files in (int(n) for n in args.files.split(",")):
+            bronze = str(work / f"bronze-{files}")
+            rows = spark.createDataFrame(landed, schema=BRONZE_SCHEMA).repartitionByRange(files, "offset", "_line")
+            rows.sortWithinPartitions("offset", "_line").write.format("delta").save(bronze)
+            times = [_run(spark, source, bronze, work / f"checkpoint-{files}-{n}") for n in range(args.runs)]
+            print(f"{source.format}: {landed.num_rows:,} messages, {files} micro-batch(es)", flush=True)
+            print("  runs: " + ", ".join(f"{t:.2f}s" for t in times) + f"; best {min(times):.2f}s", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
