@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -39,6 +40,13 @@ os.environ.setdefault("CDC_MEDALLION_SHUFFLE_PARTITIONS", "2")
 _main = sys.modules["__main__"]
 if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
     _main.__file__ = "<pytest-xdist worker>"
+
+# Property tests that draw their values through this profile draw the same ones every run, so a
+# failure in CI is one a rerun shows again (tests/test_exact_values.py draws hundreds of values
+# per type with it, then checks them in one Spark query).
+settings.register_profile(
+    "derandomized", derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -76,10 +84,12 @@ def shared_path(*parts: str) -> Path:
 
 @pytest.fixture(scope="session")
 def kafka_broker():
-    """One Kafka broker for the whole run, started by the first test that asks for it (so a run
-    without Kafka tests never starts one) and stopped at the end. Mark tests that use it
-    `pytest.mark.xdist_group("kafka")`: with `--dist loadgroup` one worker runs them all, and
-    so starts one broker."""
+    """One Kafka broker per test process, started by the first test that asks for it (so a run
+    without Kafka tests never starts one) and stopped at the end. Every test that uses it is in an
+    `xdist_group`: with `--dist loadgroup` a group runs on one worker, which starts one broker for
+    it. The broker tests share `kafka`; each capture test (PostgreSQL, MariaDB) and the Spark
+    Connect test have a group of their own, so they run side by side on their own brokers instead
+    of one after another (topics never collide across them)."""
     from cdc_medallion.services.kafka_broker import KafkaBroker
 
     broker = KafkaBroker(partitions=3)
