@@ -395,7 +395,7 @@ def test_databricks_conf_loads_and_lists_tables_with_keys_and_columns():
     assert conf.sources and all(s.kafka and s.input is None for s in conf.sources)
     assert conf.tables and all(t.keys and t.columns for t in conf.tables), "Databricks has no discovery"
     assert {t.source for t in conf.tables} == {s.name for s in conf.sources}
-    # One source of each seed format; the stateful ones parse through applyInPandasWithState there too.
+    # One source of each seed format; the stateful ones parse through their state store operator there too.
     assert {s.format for s in conf.sources} == SEED_FORMATS
     assert {s.format for s in conf.sources if get_format(s.format).stateful} == {
         "qlik-json",

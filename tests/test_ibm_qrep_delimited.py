@@ -364,7 +364,7 @@ def test_incomplete_transaction_times_out_into_quarantine():
     events = parse(texts[:2], ingest_ts=landed, tables={"ACCT": ACCT}, incomplete_timeout_seconds=3600)
     assert [e["kind"] for e in events] == ["error", "error"]
     assert events[0]["error"].startswith("transaction: incomplete transaction 0000:0000:0388:0003:0000:0000")
-    assert "missing the final segment 0000; waited 7200s" in events[0]["error"]
+    assert "missing the final segment 0000; 1 segment(s) missing; waited 7200s" in events[0]["error"]
 
 
 def test_conflicting_segment_and_redelivery_in_a_later_run():

@@ -473,7 +473,7 @@ def test_a_checkpoint_from_before_the_split_keeps_parsing_in_one_group(spark, st
     """A silver checkpoint made when Qlik was parsed in one group (layout 1, no layout written
     down) holds its catalog and held messages in that group's state: the next runs must go on in
     one group, or a data message whose metadata came in an earlier run finds none."""
-    from cdc_medallion.formats.stateful import LAYOUT_CONF
+    from cdc_medallion.formats.stateful import LAYOUT_CONF, STATE_LAYOUT
     from cdc_medallion.storage.delta_store import CHECKPOINT_DIR
 
     folder = tmp_path / "qlik"
@@ -494,7 +494,7 @@ def test_a_checkpoint_from_before_the_split_keeps_parsing_in_one_group(spark, st
     finally:
         spark.conf.unset(LAYOUT_CONF)
     [silver_checkpoint] = [p for p in (storage / CHECKPOINT_DIR).iterdir() if (p / "state").is_dir()]
-    assert (silver_checkpoint / "cdc_medallion_state_layout").read_text() == "2"  # a new checkpoint's
+    assert (silver_checkpoint / "cdc_medallion_state_layout").read_text() == str(STATE_LAYOUT)  # a new one's
     (silver_checkpoint / "cdc_medallion_state_layout").unlink()  # that version wrote none
 
     # Split, the update would go by its position (2.jsonl:0) to a bucket other than group 0, where

@@ -78,6 +78,14 @@ class Format(abc.ABC):
     #: The state layout (`stateful.STATE_LAYOUT`) from which this format is split by `related_by`;
     #: a query whose checkpoint is older keeps it in the one group it began with.
     split_since_layout: ClassVar[int] = 1
+    #: A stateful format whose held messages time out (IBM Q Replication's incomplete
+    #: transactions): its operator keeps a processing-time timer per group, at the earliest
+    #: `held_timeout` after a held message landed, so a timed-out message is quarantined even
+    #: when nothing new arrives. Fixed per format: a checkpoint keeps its operator's time mode.
+    timed: ClassVar[bool] = False
+    #: Seconds (of landing time) a held message waits before the parser quarantines it; None:
+    #: it waits for what completes it however long that takes.
+    held_timeout: float | None = None
 
     def __init__(self, source_name: str, options: Mapping[str, Any] | None = None) -> None:
         self.source_name = source_name
@@ -95,6 +103,19 @@ class Format(abc.ABC):
         `events_for` for the per-message part so that errors still become quarantined events.
         """
         return [event for message in messages for event in self.events_for(message)]
+
+    # --- what a stateful format keeps -------------------------------------------------------
+    def context_key(self, event: Event) -> str | None:
+        """What an earlier event of `context_kinds` is kept under: a later event with the same key
+        replaces it, so the state holds what later messages need (a table version's metadata),
+        not the source's history. None: not kept at all. By default each event is its own."""
+        return f"{event.get('bronze_ref')}|{event.get('kind')}|{event.get('sequence')}"
+
+    @property
+    def context_window(self) -> float | None:
+        """Seconds of landing time a context event is kept after its message landed (measured
+        against the latest landing a group has seen); None: until a later one replaces it."""
+        return None
 
     # --- shared machinery -----------------------------------------------------------------
     def parse(self, bronze: DataFrame) -> DataFrame:

@@ -8,11 +8,13 @@ Column names and types come from the `tables` option (`--columns` for `cdc-medal
 Segmented transactions (segments 0001, 0002, ..., and 0000 for the last) are reassembled per
 transaction id and commit LSN; a transaction's changes are emitted only once it is complete, so
 gold never shows half of one. Until then its messages are held (re-fed next run); after
-`incomplete_timeout_seconds` they are quarantined as an incomplete transaction. A redelivered
-segment (same transaction, segment number and bytes) becomes a `transaction` event flagged
-`duplicate_segment`: counted in silver, never applied. A segment with the same number but other
-bytes is quarantined. Completed segmented transactions leave a `transaction` event whose
-segment digests recognise redeliveries in later runs too.
+`incomplete_timeout_seconds` they are quarantined as an incomplete transaction, by a timer even
+when nothing else arrives (`timed`). A redelivered segment (same transaction, segment number and
+bytes) becomes a `transaction` event flagged `duplicate_segment`: counted in silver, never
+applied. A segment with the same number but other bytes is quarantined. Completed segmented
+transactions leave a `transaction` event whose segment digests recognise redeliveries in later
+runs too, for `redelivery_window_seconds` of landing time (the state keeps one per transaction,
+`context_key`, and nothing of a completed transaction after that).
 
 Order: the commit LSN (both widths compared as numbers) and the record's position within its
 transaction, then the landing position. Timestamps are decoded; invalid ones (the spec's own
@@ -93,6 +95,11 @@ class _Transaction:
             parts.append("the final segment 0000")
         return " and ".join(parts) or None
 
+    def missing_count(self) -> int:
+        """How many segments are known to be missing (the gaps, and the final one if it is)."""
+        top = max(self.numbered, default=0)
+        return sum(1 for s in range(1, top + 1) if s not in self.numbered) + (not self.finals)
+
     def have(self) -> str:
         segments = [f"{s:04d}" for s in sorted(self.numbered)] + ["0000"] * bool(self.finals)
         return ", ".join(segments)
@@ -151,13 +158,22 @@ class IbmQrepDelimitedOptions(FormatOptions):
         True,
         description="accept a value closed by a typographic quote (”) followed by a delimiter, flagged repaired_quote",
     )
+    redelivery_window_seconds: float = Field(
+        86400.0,
+        ge=0,
+        description="how long (by landing time) a completed segmented transaction's segment digests are kept, so "
+        "that a redelivered segment is recognised and not applied again; 0: only within a micro-batch",
+    )
 
 
 @register_format
 class IbmQrepDelimited(Format):
     name = "ibm-qrep-delimited"
     stateful: ClassVar[bool] = True
+    # The markers of completed segmented transactions, one per transaction for the redelivery
+    # window; an incomplete transaction's segments are held, and time out on a timer.
     context_kinds: ClassVar[tuple[str, ...]] = (KIND_TRANSACTION,)
+    timed: ClassVar[bool] = True
     #: `cdc-medallion ingest --columns TABLE=COL:TYPE,...` lands in this option (the messages carry no names).
     column_specs_option: ClassVar[str] = "tables"
     options = IbmQrepDelimitedOptions
@@ -184,11 +200,21 @@ class IbmQrepDelimited(Format):
         except (ZoneInfoNotFoundError, ValueError):
             raise ConfigError(f"{where} 'time_zone': unknown time zone {s.time_zone!r}") from None
         self.timeout = s.incomplete_timeout_seconds
+        self.held_timeout = self.timeout
         self.repair = s.repair_typographic_quotes
 
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         """One message on its own (a transaction split over messages needs `parse_messages`)."""
         return self.parse_messages([message], [])
+
+    def context_key(self, event: Event) -> str | None:
+        """A completed transaction's marker, by transaction: a redelivery notice is not kept."""
+        marked = _marked(event)
+        return None if marked is None else "\x1f".join(marked[0])
+
+    @property
+    def context_window(self) -> float | None:
+        return self.settings.redelivery_window_seconds
 
     # --- the batch: parse, deduplicate, reassemble ------------------------------------------------
     def parse_messages(self, messages: list[BronzeMessage], context: list[Event]) -> list[Event]:
@@ -393,7 +419,11 @@ class IbmQrepDelimited(Format):
         waited = (now - oldest).total_seconds()
         if self.timeout is None or waited < self.timeout:
             return [self.held_event(m.message, what, tx_id=incomplete[0][0].tx_id) for m in group]
-        reason = f"{what}; waited {waited:.0f}s for it (incomplete_timeout_seconds: {self.timeout:g})"
+        lacking = sum(tx.missing_count() for tx, _ in incomplete)
+        reason = (
+            f"{what}; {lacking} segment(s) missing; waited {waited:.0f}s for it "
+            f"(incomplete_timeout_seconds: {self.timeout:g})"
+        )
         events = []
         for item in group:
             events.append(self.error_event(item.message, "transaction", reason))
@@ -461,16 +491,24 @@ def _completed(context: list[Event]) -> dict[TxKey, dict[int, tuple[str, str]]]:
     """Segment digests of the segmented transactions completed in earlier runs (their markers)."""
     completed: dict[TxKey, dict[int, tuple[str, str]]] = {}
     for event in context:
-        if event.get("kind") != KIND_TRANSACTION or not event.get("detail") or event.get("flags"):
+        marked = _marked(event)
+        if marked is None:
             continue
-        try:
-            detail = json.loads(event["detail"])
-            key = (str(detail["transaction"]).replace(":", "").lower(), _lsn_key(str(detail["commit_lsn"])))
-            segments = {int(s): (str(d), str(event.get("bronze_ref"))) for s, d in detail["segments"].items()}
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue
-        completed.setdefault(key, {}).update(segments)
+        key, digests = marked
+        completed.setdefault(key, {}).update({s: (d, str(event.get("bronze_ref"))) for s, d in digests.items()})
     return completed
+
+
+def _marked(event: Event) -> tuple[TxKey, dict[int, str]] | None:
+    """A completed segmented transaction's key and segment digests, from its marker event."""
+    if event.get("kind") != KIND_TRANSACTION or not event.get("detail") or event.get("flags"):
+        return None
+    try:
+        detail = json.loads(event["detail"])
+        key = (str(detail["transaction"]).replace(":", "").lower(), _lsn_key(str(detail["commit_lsn"])))
+        return key, {int(s): str(d) for s, d in detail["segments"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _lsn_key(commit_lsn: str) -> str:

@@ -344,6 +344,26 @@ class QlikJson(Format):
     def parse_message(self, message: BronzeMessage) -> Iterable[Event]:
         return self.parse_messages([message], [])
 
+    def context_key(self, event: Event) -> str | None:
+        """A table version's metadata by its schema id (a repeated metadata message replaces it),
+        an externalSchemaId by the table version that showed it; what the catalog cannot read
+        is not kept."""
+        try:
+            detail = loads(event.get("detail") or "")
+        except ValueError:
+            return None
+        if not isinstance(detail, dict):
+            return None
+        if detail.get("type") == METADATA_DETAIL:
+            lineage = detail.get("lineage") if isinstance(detail.get("lineage"), dict) else {}
+            named = f"{lineage.get('schema')}.{lineage.get('table')}@{lineage.get('tableVersion')}"
+            return f"metadata\x1f{detail.get('schemaId') or named}"
+        if detail.get("type") == EXTERNAL_ID_DETAIL and event.get("source_table"):
+            table = _table_key(event.get("source_schema"), event["source_table"])
+            ids = [str(detail.get("messageSchemaId")), str(detail.get("externalSchemaId"))]
+            return "\x1f".join(["external", *table, *ids])
+        return None
+
     def parse_messages(self, messages: list[BronzeMessage], context: list[Event]) -> list[Event]:
         catalog = Catalog.from_context(context)
         # Pass 1: envelopes, and the metadata of this batch by schema id (a data message may land

@@ -1,13 +1,12 @@
-"""Stateful formats parse through Spark's stateful streaming operator, `applyInPandasWithState`.
+"""Stateful formats parse through one of Spark's stateful streaming operators.
 
 Qlik's data messages need their table's metadata message, DataWorks' UPDATE_BEFOR needs its
 UPDATE_AFTER, an IBM Q Replication transaction needs all its segments; any of these may come in
-a later micro-batch. So the messages a batch cannot complete are kept in the query's state store
-(RocksDB, versioned with the checkpoint) and re-fed with the next batch of their group, together
-with the earlier events the format reads as context. A message is reported as `held` once, when
-it is first held; it leaves the state when an event consumes it (`bronze_ref` or
-`related_refs`) or when it is quarantined (an IBM transaction past its timeout), so it is never
-fed again after that. The operator is Spark's own, so the same code runs on Databricks.
+a later micro-batch. So the messages a batch cannot complete are kept in the query's state
+store (RocksDB, versioned with the checkpoint) and parsed again with the next batch of their
+group, together with the earlier events the format reads as context; what a group keeps is only
+what is still open (`stateful_step.py`). The operators are Spark's own, so the same code runs
+on Databricks.
 
 Groups: one per source, or, for a format whose messages only need those sharing one value
 (`Format.related_by`), one per hash bucket of that value, so the work spreads over cores. A
@@ -15,36 +14,40 @@ message that any message may need (`Format.needed_by_all`: Qlik's metadata) is f
 group: its own group (the bucket of a message without the value) emits its events, the others
 learn from it (their context keeps its events), so each group knows what the whole batch knows.
 
-A group's state holds only that group's messages and context, so a query keeps the split its
-checkpoint began with: the runner names the checkpoint's layout in the session's conf
-(`LAYOUT_CONF`) while the query is planned, and a format split since a later layout
-(`Format.split_since_layout`) stays in one group for an older checkpoint. Without the setting
-(a new checkpoint, Databricks, a batch parse) the current layout holds.
+A checkpoint keeps the layout it was made with, as its state is that layout's: the runner
+names it in the session's conf (`LAYOUT_CONF`) while the query is planned. Layout 3 (this
+version) runs `transformWithStateInPandas` (`stateful_processor.StepProcessor`, a list state
+per kind of thing kept, a timer for a timed format); layouts 1 and 2 ran
+`applyInPandasWithState`, which a checkpoint made with them keeps (`legacy_step`), and a format
+split since a later layout (`Format.split_since_layout`) stays in one group there. Without the
+setting (a new checkpoint, Databricks, a batch parse) the current layout holds.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+from pyspark.sql.streaming.state import GroupStateTimeout
 
-from cdc_medallion.model import BRONZE_SCHEMA, EVENT_SCHEMA, KIND_HELD
+from cdc_medallion.formats.stateful_processor import (
+    LEGACY_STATE,
+    TICK_GROUP,
+    StepProcessor,
+    batch_step,
+    legacy_step,
+)
+from cdc_medallion.formats.stateful_step import COPY, GROUP
+from cdc_medallion.model import EVENT_SCHEMA
 
 if TYPE_CHECKING:
     from cdc_medallion.formats.base import Format
 
-# PySpark's own serializer for this operator pads its output with empty frames through
+# PySpark's own serializer for these operators pads its output with empty frames through
 # `pd.concat`, which pandas 2 warns about once per Python worker; the warning is about pyspark's
 # code, not ours or the data, and would print into every run's output. This module is imported
 # in each worker that runs the operator, so the filter is set there.
@@ -55,38 +58,37 @@ BUCKETS = 16
 #: The group of the messages without a `related_by` value (a format not split has group 0).
 NO_VALUE_GROUP = -1
 #: The layout of this version: 1, one group per format but DataWorks' buckets; 2, Qlik split too
-#: (`QlikJson.related_by`), its metadata fed to every group.
-STATE_LAYOUT = 2
+#: (`QlikJson.related_by`), its metadata fed to every group; 3, `transformWithStateInPandas`.
+STATE_LAYOUT = 3
+#: The first layout whose state is `transformWithStateInPandas`'s.
+KEYED_STATE_SINCE = 3
 LAYOUT_CONF = "cdc_medallion.state.layout"
-GROUP = "__group"
-COPY = "__copy"  # fed to this group to learn from: its events are not emitted here
 ENVELOPE = "__envelope"  # `Format.split_envelope`, while the groups are worked out
-STATE_SCHEMA = StructType([StructField("held", BinaryType()), StructField("context", StringType())])
-#: The fields of a context event the parsers read (Qlik metadata, IBM transaction markers).
-CONTEXT_FIELDS = ("kind", "source_schema", "source_table", "sequence", "detail", "flags", "bronze_ref")
-_LANDING_ORDER = [
-    ("_file", "ascending"),
-    ("_line", "ascending"),
-    ("topic", "ascending"),
-    ("partition", "ascending"),
-    ("offset", "ascending"),
-]
+#: The operator node of layout 3 in a query's plan, with timers when its format is timed.
+TIMED_OPERATOR = "TransformWithStateInPySpark"
 
 
 def parse_with_state(parser: Format, bronze: DataFrame) -> DataFrame:
     """Bronze rows -> silver events through the state store (see the module's docstring)."""
-    grouped = _grouped(parser, bronze, _layout(bronze)).groupBy(GROUP)
-    step = _Step(parser)
+    layout = _layout(bronze)
+    rows = _grouped(parser, bronze, layout)
     if not bronze.isStreaming:  # one batch on its own (tools, tests): nothing held before it
-        return grouped.applyInPandas(
-            lambda key, frame: pd.concat(list(step(key, iter([frame]), _NoState()))), schema=EVENT_SCHEMA
+        return rows.groupBy(GROUP).applyInPandas(batch_step(parser), schema=EVENT_SCHEMA)
+    if layout < KEYED_STATE_SINCE:
+        return rows.groupBy(GROUP).applyInPandasWithState(
+            legacy_step(parser),
+            outputStructType=EVENT_SCHEMA,
+            stateStructType=LEGACY_STATE,
+            outputMode="append",
+            timeoutConf=GroupStateTimeout.NoTimeout,
         )
-    return grouped.applyInPandasWithState(
-        step,
+    if parser.timed:
+        rows = rows.unionByName(_ticks(bronze.sparkSession, rows))
+    return rows.groupBy(GROUP).transformWithStateInPandas(
+        statefulProcessor=StepProcessor(parser, rows.columns),
         outputStructType=EVENT_SCHEMA,
-        stateStructType=STATE_SCHEMA,
-        outputMode="append",
-        timeoutConf=GroupStateTimeout.NoTimeout,
+        outputMode="Append",
+        timeMode="ProcessingTime" if parser.timed else "None",
     )
 
 
@@ -125,125 +127,10 @@ def _grouped(parser: Format, bronze: DataFrame, layout: int) -> DataFrame:
     return fed.withColumn(COPY, F.col("__nth") > 0).drop("__nth", ENVELOPE)
 
 
-class _Step:
-    """One group's batch: held and new messages parsed together; the state updated."""
-
-    def __init__(self, parser: Format) -> None:
-        self.parser = parser
-
-    def __call__(
-        self, key: Any, frames: Iterator[pd.DataFrame], state: GroupState | _NoState
-    ) -> Iterator[pd.DataFrame]:
-        from cdc_medallion.formats.base import _event_arrow_schema, messages_of
-
-        held, context = _load(state)
-        new = _bronze(frames)
-        was_held = set(_refs(held))
-        if held.num_rows:
-            held = held.append_column(COPY, pa.array([False] * held.num_rows, pa.bool_()))
-            new = pa.concat_tables([held, new])
-        rows = new.sort_by(_LANDING_ORDER)
-        copies = rows.column(COPY).to_pylist()
-        rows = rows.drop_columns([COPY])
-        messages = [m for batch in rows.to_batches() for m in messages_of(batch)]
-        landed_refs = [m.ref for m in messages]
-        copied = {ref for ref, copy in zip(landed_refs, copies, strict=True) if copy}
-        events = pa.Table.from_batches([self.parser.parse_all(messages, context)], schema=_event_arrow_schema())
-        kinds = events.column("kind")
-        is_held = pc.fill_null(pc.equal(kinds, KIND_HELD), False)
-        consumed = set(events.filter(pc.invert(is_held)).column("bronze_ref").to_pylist())
-        for refs in events.filter(pc.invert(is_held)).column("related_refs").to_pylist():
-            consumed.update(refs or ())
-        waiting = {ref for ref in events.filter(is_held).column("bronze_ref").to_pylist() if ref not in consumed}
-        waiting -= copied  # held, if at all, by its own group
-        still = rows.filter(pa.array([ref in waiting for ref in landed_refs], pa.bool_()))
-        # A message already held is reported once: its repeated `held` event is not emitted again;
-        # a copy's events are its own group's to emit.
-        refs = events.column("bronze_ref").to_pylist()
-        repeated = [held_now and ref in was_held for held_now, ref in zip(is_held.to_pylist(), refs, strict=True)]
-        learned = events.filter(pc.invert(pa.array(repeated, pa.bool_())))
-        context += _context_events(learned, self.parser.context_kinds)
-        own = [ref not in copied for ref in learned.column("bronze_ref").to_pylist()]
-        emitted = learned.filter(pa.array(own, pa.bool_()))
-        state.update((_ipc(still), json.dumps(context)))
-        yield emitted.to_pandas(maps_as_pydicts="strict")
-
-
-class _NoState:
-    """The state of a group parsed outside a stream: empty, and not kept."""
-
-    exists = False
-
-    def update(self, value: tuple) -> None:
-        pass
-
-
-def _bronze_arrow() -> pa.Schema:
-    from cdc_medallion.sources.files import BRONZE_ARROW
-
-    return BRONZE_ARROW
-
-
-def _bronze(frames: Iterator[pd.DataFrame]) -> pa.Table:
-    """The group's new rows as bronze Arrow rows, with their `COPY` mark (pandas gives naive
-    UTC times, and Python objects for binaries and header lists)."""
-    schema = _bronze_arrow().append(pa.field(COPY, pa.bool_()))
-    tables = []
-    for frame in frames:
-        frame = frame.drop(columns=[GROUP])
-        columns = []
-        for field in schema:
-            values = frame[field.name]
-            if pa.types.is_timestamp(field.type):
-                columns.append(pa.array(pd.to_datetime(values).dt.tz_localize("UTC"), field.type))
-            elif pa.types.is_list(field.type):
-                columns.append(pa.array([_plain(v) for v in values], field.type))
-            else:  # flat values: Arrow reads the pandas column itself (NaN as null)
-                columns.append(pa.array(values, field.type, from_pandas=True))
-        tables.append(pa.Table.from_arrays(columns, schema=schema))
-    return pa.concat_tables(tables) if tables else schema.empty_table()
-
-
-def _plain(value: Any) -> Any:
-    """A pandas cell as the Python value Arrow takes (arrays of structs come as numpy arrays)."""
-    if value is None or (isinstance(value, float) and value != value):
-        return None
-    if hasattr(value, "tolist") and not isinstance(value, bytes | bytearray):
-        return [_plain(v) for v in value.tolist()]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, bytearray):
-        return bytes(value)
-    return value
-
-
-def _refs(rows: pa.Table) -> list[str]:
-    """Each bronze row's reference, as `BronzeMessage.ref` spells it."""
-    from cdc_medallion.formats.base import messages_of
-
-    return [m.ref for batch in rows.to_batches() for m in messages_of(batch)]
-
-
-def _load(state: GroupState | _NoState) -> tuple[pa.Table, list[dict[str, Any]]]:
-    if not state.exists:
-        return _bronze_arrow().empty_table(), []
-    held, context = state.get
-    table = pa.ipc.open_stream(held).read_all() if held else _bronze_arrow().empty_table()
-    return table.cast(_bronze_arrow()), json.loads(context or "[]")
-
-
-def _ipc(rows: pa.Table) -> bytes:
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, rows.schema) as writer:
-        writer.write_table(rows)
-    return sink.getvalue()
-
-
-def _context_events(events: pa.Table, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
-    if not kinds or events.num_rows == 0:
-        return []
-    wanted = events.filter(pc.is_in(events.column("kind"), pa.array(list(kinds), pa.string())))
-    return wanted.select(list(CONTEXT_FIELDS)).to_pylist()
-
-
-assert set(BRONZE_SCHEMA.fieldNames()) >= {"_file", "_line", "topic", "partition", "offset"}
+def _ticks(spark: SparkSession, rows: DataFrame) -> DataFrame:
+    """One row per start of the query, and one per micro-batch after it (`rate-micro-batch`
+    under `availableNow` plans one batch of it), in `TICK_GROUP`: a query whose bronze has
+    nothing new still runs a batch, in which the timers that are due fire."""
+    ticks = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 1).option("numPartitions", 1).load()
+    columns = [F.lit(None).cast(f.dataType).alias(f.name) for f in rows.schema if f.name not in (GROUP, COPY)]
+    return ticks.select(*columns, F.lit(TICK_GROUP).cast("long").alias(GROUP), F.lit(False).alias(COPY))

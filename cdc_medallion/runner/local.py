@@ -54,6 +54,7 @@ from cdc_medallion.runner.event_log import EventLog
 from cdc_medallion.runner.graph import Graph, load_graph
 from cdc_medallion.runner.reader import BatchReader, Inputs, PlanReader, TableReader
 from cdc_medallion.runner.sharing import Members, row_by_row, stream_filter
+from cdc_medallion.runner.timers import timers_due
 from cdc_medallion.sources.files import FileLanding
 from cdc_medallion.spark import get_spark, parse_over_cores
 from cdc_medallion.storage.delta_store import DeltaStore
@@ -610,8 +611,9 @@ class LocalRunner:
             self._ensure_target(first, plan.rows, reader.inputs)
         checkpoint = _Checkpoint(self.store.checkpoint(plan.name))
         inputs = self._signature(reader.inputs)
-        if not self.continuous and inputs is not None and checkpoint.caught_up_with(inputs):
-            return  # nothing new since it last caught up: not started
+        idle = not self.continuous and inputs is not None and checkpoint.caught_up_with(inputs)
+        if idle and not timers_due(self.spark, checkpoint.folder):
+            return  # nothing new since it last caught up, and no timer due: not started
         view = reader.inputs.checked_view
         fresh = not (checkpoint.folder / "offsets").is_dir()  # a new query, maybe over a view read before
         fresh = fresh and view is not None and self.store.exists(f"{view.name}_quarantine")
