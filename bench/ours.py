@@ -13,9 +13,10 @@ from bench.memory import RssSampler
 from bench.timing import best_of
 from cdc_medallion.config import PipelineConf
 from cdc_medallion.formats import get_format
-from cdc_medallion.formats.base import _event_arrow_schema, spread_over_cores
+from cdc_medallion.formats.base import _event_arrow_schema
 from cdc_medallion.layers import bronze_name, layer_of
 from cdc_medallion.model import EVENT_SCHEMA
+from cdc_medallion.parsing.cores import spread_over_cores
 from cdc_medallion.pipeline import RunSummary, run_pipeline
 from cdc_medallion.quality.rules import load_rules
 from cdc_medallion.runner import expectations as exp
@@ -75,7 +76,7 @@ def silver_parse(spark: SparkSession, conf: PipelineConf) -> float:
     rules = load_rules(conf.expectations, "silver", source.format, EVENT_SCHEMA)
 
     def parse() -> None:
-        events = parser.parse(bronze)
+        events = parse(parser, bronze)
         exp.mark(events, rules, "bench").write.format("noop").mode("overwrite").save()
 
     return best_of(parse)

@@ -21,6 +21,7 @@ from pathlib import Path
 from cdc_medallion.config import load_conf
 from cdc_medallion.formats import get_format
 from cdc_medallion.model import BRONZE_SCHEMA
+from cdc_medallion.parsing.execute import parse
 from cdc_medallion.sources.files import FileLanding
 from cdc_medallion.spark import get_spark
 
@@ -52,7 +53,7 @@ def main() -> None:
 def _run(spark, source, bronze: str, checkpoint: Path) -> float:
     parser = get_format(source.format)(source.name, source.options)
     stream = spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(bronze)
-    events = parser.parse(stream)
+    events = parse(parser, stream)
     started = time.monotonic()
     query = (
         events.writeStream.foreachBatch(lambda batch, _: batch.write.format("noop").mode("overwrite").save())

@@ -160,11 +160,11 @@ def session_settings() -> dict[str, str]:
 
 
 def parse_over_cores(spark: SparkSession) -> None:
-    """Tell the parsers how many cores the session runs on (`formats.base.PARSE_PARTITIONS_CONF`).
+    """Tell the parsers how many cores the session runs on (`parsing.cores.PARSE_PARTITIONS_CONF`).
 
     Local only: it asks the SparkContext, which a Spark Connect session (Databricks serverless)
     does not have, so the query functions read the answer from the session's conf instead. The
     runner asks again before it plans each query: a cluster's executors join after the start."""
-    from cdc_medallion.formats.base import PARSE_PARTITIONS_CONF
+    from cdc_medallion.parsing.cores import PARSE_PARTITIONS_CONF
 
     spark.conf.set(PARSE_PARTITIONS_CONF, str(spark.sparkContext.defaultParallelism))

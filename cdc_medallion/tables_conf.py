@@ -23,6 +23,7 @@ from typing import Any
 from cdc_medallion.config import InputConf, PipelineConf, SourceConf, TableConf, load_conf
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats import format_names, get_format
+from cdc_medallion.parsing.execute import parse
 
 GUESSED_TYPE = "guessed: the messages give no type"
 GUESSED_KEY = "guessed: the messages name no key; check it"
@@ -104,7 +105,7 @@ def discover_tables(spark: Any, source: SourceConf) -> list[TableEntry]:
             break
         bronze = bronze.unionByName(spark.createDataFrame(following.to_arrow(), schema=BRONZE_SCHEMA))
         batch = following
-    events = get_format(source.format)(source.name, source.options).parse(bronze)
+    events = parse(get_format(source.format)(source.name, source.options), bronze)
     seen = tables_in(events, source.name)
     schemas = Counter(t.table.lower() for t in seen)
     entries = []

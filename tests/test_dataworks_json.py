@@ -14,6 +14,7 @@ import pytest
 from cdc_medallion.config import load_conf
 from cdc_medallion.formats import get_format
 from cdc_medallion.model import EVENT_SCHEMA
+from cdc_medallion.parsing.execute import parse
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.quality.rules import load_rules
 from tests.conftest import REPO, shared_path
@@ -374,7 +375,7 @@ def test_a_batch_is_parsed_on_every_core_and_update_halves_still_meet(spark, tmp
     landed = FileLanding(conf.sources[0], max_messages=100_000).next_batch().to_arrow()
     parser = get_format("dataworks-json")("test")
 
-    events = parser.parse(spark.createDataFrame(landed, schema=BRONZE_SCHEMA))
+    events = parse(parser, spark.createDataFrame(landed, schema=BRONZE_SCHEMA))
 
     def outcome(event: dict[str, Any]) -> tuple:
         return (event["bronze_ref"], event["kind"], event["op"], event["sequence"], tuple(event["related_refs"] or ()))

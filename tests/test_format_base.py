@@ -14,6 +14,7 @@ from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats import format_names, get_format
 from cdc_medallion.formats.base import FormatOptions, messages_of
 from cdc_medallion.model import BRONZE_SCHEMA, KIND_ERROR
+from cdc_medallion.parsing.execute import parse
 from cdc_medallion.sources.files import BRONZE_ARROW
 from tests.helpers import message
 
@@ -77,7 +78,7 @@ def test_a_one_file_batch_is_parsed_on_every_core(spark, tmp_path):
     bronze = spark.read.parquet(str(tmp_path / "bronze"))
     assert bronze.rdd.getNumPartitions() == 1
     cores = spark.sparkContext.defaultParallelism
-    events = get_format("maxwell-json")("test", None).parse(bronze)
+    events = parse(get_format("maxwell-json")("test", None), bronze)
     assert events.rdd.getNumPartitions() == cores > 1
     assert events.count() == 50  # spread, not lost or doubled
 

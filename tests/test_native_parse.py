@@ -23,6 +23,7 @@ from cdc_medallion.generator.history import generate_history
 from cdc_medallion.generator.output import generate
 from cdc_medallion.lines import lines_of
 from cdc_medallion.model import BRONZE_SCHEMA
+from cdc_medallion.parsing.execute import parse
 from tests.conftest import shared_path
 from tests.test_debezium_json import repaired, seed_examples
 
@@ -139,7 +140,7 @@ def events_by_message(spark, records: list[dict[str, Any]], native: bool) -> dic
     bronze = spark.createDataFrame(bronze_rows(records), BRONZE_SCHEMA)
     parser = get_format("debezium-json")("test", {"native_parse": native})
     by_message: dict[str, list[dict[str, Any]]] = {}
-    for row in parser.parse(bronze).collect():
+    for row in parse(parser, bronze).collect():
         by_message.setdefault(row["bronze_ref"], []).append(row.asDict(recursive=True))
     return by_message
 

@@ -18,6 +18,7 @@ from cdc_medallion.formats import get_format, masks
 from cdc_medallion.formats.masks import MaskError, decode_mask
 from cdc_medallion.lines import lines_of
 from cdc_medallion.model import EVENT_SCHEMA
+from cdc_medallion.parsing.execute import parse
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.quality.rules import load_rules
 from tests.conftest import REPO, shared_path
@@ -413,10 +414,10 @@ def test_a_batch_is_parsed_on_every_core_and_each_data_message_finds_its_metadat
     id's first sight."""
     from cdc_medallion.adhoc import adhoc_conf
     from cdc_medallion.formats.base import messages_of
-    from cdc_medallion.formats.stateful import COPY, GROUP, STATE_LAYOUT, _grouped
     from cdc_medallion.generator.history import generate_history
     from cdc_medallion.generator.renderers import render
     from cdc_medallion.model import BRONZE_SCHEMA
+    from cdc_medallion.parsing.stateful import COPY, GROUP, STATE_LAYOUT, _grouped
     from cdc_medallion.sources.files import FileLanding
 
     rendered = render(generate_history(tables=3, transactions=40, seed=5), "qlik-json", tmp_path / "input")
@@ -458,7 +459,7 @@ def test_a_batch_is_parsed_on_every_core_and_each_data_message_finds_its_metadat
         flags = tuple(event["flags"] or ())
         return (event["bronze_ref"], event["kind"], event["op"], event["sequence"], event["detail"], flags, str(after))
 
-    split = sorted(outcome(row.asDict()) for row in parser.parse(bronze).collect())
+    split = sorted(outcome(row.asDict()) for row in parse(parser, bronze).collect())
     messages = [m for batch in landed.to_batches() for m in messages_of(batch)]
     whole = sorted(outcome(e) for e in parser.parse_all(messages, []).to_pylist())
     assert split == whole
@@ -473,7 +474,7 @@ def test_a_checkpoint_from_before_the_split_keeps_parsing_in_one_group(spark, st
     """A silver checkpoint made when Qlik was parsed in one group (layout 1, no layout written
     down) holds its catalog and held messages in that group's state: the next runs must go on in
     one group, or a data message whose metadata came in an earlier run finds none."""
-    from cdc_medallion.formats.stateful import LAYOUT_CONF, STATE_LAYOUT
+    from cdc_medallion.parsing.stateful import LAYOUT_CONF, STATE_LAYOUT
     from cdc_medallion.storage.delta_store import CHECKPOINT_DIR
 
     folder = tmp_path / "qlik"

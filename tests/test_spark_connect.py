@@ -164,7 +164,7 @@ JVM_ONLY = frozenset({"sparkContext", "_jvm", "_jdf", "_jsparkSession", "_jsc", 
 #: Functions that may do so because only the local runner calls them, never a query function;
 #: each must be referred to from `runner/` alone (checked below).
 LOCAL_ONLY = {
-    ("cdc_medallion/formats/stateful.py", "planned_in_layout"): "the runner names a checkpoint's state layout",
+    ("cdc_medallion/parsing/stateful.py", "planned_in_layout"): "the runner names a checkpoint's state layout",
 }
 
 
@@ -223,7 +223,7 @@ def test_no_module_a_query_function_reaches_uses_the_jvm():
     modules = reachable_modules()
     names = {p.relative_to(PACKAGE).as_posix() for p in modules}
     # The scan reaches what the query functions run: the layers, every format, the facade.
-    assert {"layers/silver.py", "layers/gold.py", "formats/native.py", "formats/stateful.py"} <= names
+    assert {"layers/silver.py", "layers/gold.py", "formats/native.py", "parsing/stateful.py"} <= names
     assert {"declarative/databricks.py", "runner/expectations.py", "sources/kafka.py"} <= names
     assert not any(name.startswith("runner/local") for name in names)
     found = [use for path in modules for use in jvm_only_uses(path)]

@@ -28,8 +28,9 @@ from pyspark.sql import functions as F
 
 from cdc_medallion.adhoc import adhoc_conf
 from cdc_medallion.formats import get_format
-from cdc_medallion.formats.stateful import LAYOUT_CONF
 from cdc_medallion.model import BRONZE_SCHEMA
+from cdc_medallion.parsing.execute import parse
+from cdc_medallion.parsing.stateful import LAYOUT_CONF
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.storage.delta_store import CHECKPOINT_DIR
 from tests.helpers import datasets, gold_rows, land_and_parse, read_rows
@@ -66,7 +67,7 @@ def run_silver(spark: Any, parser: Any, bronze: Path, checkpoint: Path) -> Count
         kinds.update({row["kind"]: row["count"] for row in batch.groupBy("kind").count().collect()})
 
     query = (
-        parser.parse(stream)
+        parse(parser, stream)
         .writeStream.foreachBatch(keep)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)

@@ -26,6 +26,7 @@ def main(confs: list[str]) -> int:
     from cdc_medallion.config import load_conf
     from cdc_medallion.formats import get_format
     from cdc_medallion.model import BRONZE_SCHEMA
+    from cdc_medallion.parsing.execute import parse
     from cdc_medallion.quality.report import render_index
     from cdc_medallion.sources.files import FileLanding
 
@@ -44,7 +45,7 @@ def main(confs: list[str]) -> int:
     for path in confs:
         for source in load_conf(path).sources:
             bronze = spark.createDataFrame(FileLanding(source).next_batch().to_arrow(), schema=BRONZE_SCHEMA)
-            events = get_format(source.format)(source.name, source.options).parse(bronze)
+            events = parse(get_format(source.format)(source.name, source.options), bronze)
             rows = events.select("kind", "op", "source_table", "error").collect()
             results[source.name] = sorted([list(r) for r in rows], key=lambda r: [str(v) for v in r])
     spark.stop()

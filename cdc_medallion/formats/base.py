@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import EPOCH
@@ -117,29 +117,7 @@ class Format(abc.ABC):
         against the latest landing a group has seen); None: until a later one replaces it."""
         return None
 
-    # --- shared machinery -----------------------------------------------------------------
-    def parse(self, bronze: DataFrame) -> DataFrame:
-        """Bronze rows -> silver events, in parallel via Arrow batches (`mapInArrow`).
-
-        A stateful format parses through Spark's stateful operator instead (`stateful.py`): the
-        messages it holds wait in the query's state store for what completes them.
-        """
-        if self.stateful:
-            from cdc_medallion.formats.stateful import parse_with_state
-
-            return parse_with_state(self, bronze)
-        if self.native:
-            from cdc_medallion.formats.native import parse_hybrid
-
-            return parse_hybrid(self, bronze)
-        parser = self
-
-        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            for batch in batches:
-                yield parser.parse_batch(batch)
-
-        return spread_over_cores(bronze).mapInArrow(run, EVENT_SCHEMA)
-
+    # --- shared machinery (parsing/ runs a format over bronze) ------------------------------
     @property
     def native(self) -> bool:
         """True when this parser parses in the JVM first (`native.py`)."""
@@ -254,30 +232,6 @@ class Format(abc.ABC):
 #: Over how many partitions the parse spreads bronze: a session setting, read (never set) by the
 #: query function. The local runner sets it to its cores (`spark.parse_over_cores`); on Databricks
 #: a pipeline configuration entry may set it, and without it the runtime's own split stands.
-PARSE_PARTITIONS_CONF = "cdc_medallion.parse.partitions"
-
-
-def spread_over_cores(bronze: DataFrame) -> DataFrame:
-    """Bronze spread over every core before parsing.
-
-    A landed batch is one Parquet file of one row group, which Spark reads as one partition, so
-    parsing, the costliest step of silver, would run on one core while the others wait; a
-    round-robin shuffle of the raw messages costs less than it frees. A stream's partitions are
-    not known until each batch runs, so it is always spread, and so is a batch: how many
-    partitions a DataFrame has is a question for the JVM (`rdd`), which Spark Connect (Databricks
-    serverless) does not answer. The core count is a setting for the same reason:
-    `sparkContext.defaultParallelism` does not exist there.
-    """
-    cores = parse_partitions(bronze.sparkSession)
-    return bronze.repartition(cores) if cores > 1 else bronze
-
-
-def parse_partitions(spark: SparkSession) -> int:
-    """`PARSE_PARTITIONS_CONF` of the session: 1 (as it is) when unset or not a number."""
-    setting = spark.conf.get(PARSE_PARTITIONS_CONF, None)
-    return int(setting) if setting and setting.strip().isdigit() else 1
-
-
 @contextmanager
 def cycle_collection_paused() -> Iterator[None]:
     """Python's cycle collector off while a batch is parsed, back on (if it was) afterwards.

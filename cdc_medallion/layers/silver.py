@@ -31,7 +31,7 @@ def define_source(conf: PipelineConf, source: SourceConf) -> None:
     )
     @dp.expectations_from(rules)
     def parse():
-        return parser.parse(dp.read_stream(bronze_name(source.name)))
+        return parse(parser, dp.read_stream(bronze_name(source.name)))
 
 
 def define_side_tables(conf: PipelineConf) -> None:

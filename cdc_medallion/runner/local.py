@@ -46,7 +46,7 @@ from cdc_medallion.errors import (
     first_line,
     is_transient,
 )
-from cdc_medallion.formats.stateful import STATE_LAYOUT, planned_in_layout
+from cdc_medallion.parsing.stateful import STATE_LAYOUT, planned_in_layout
 from cdc_medallion.quality.events import StaleKeys
 from cdc_medallion.runner import expectations as exp
 from cdc_medallion.runner.batches import BatchWriter, FlowResult, SharedBatchWriter, SharedMember

@@ -36,7 +36,9 @@ from pyspark.sql.streaming.state import GroupState
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType, TimestampType
 
-from cdc_medallion.formats.stateful_step import (
+from cdc_medallion.formats.values import EPOCH
+from cdc_medallion.model import BRONZE_SCHEMA
+from cdc_medallion.parsing.stateful_step import (
     Kept,
     Remembered,
     bronze_arrow,
@@ -45,8 +47,6 @@ from cdc_medallion.formats.stateful_step import (
     refs,
     step,
 )
-from cdc_medallion.formats.values import EPOCH
-from cdc_medallion.model import BRONZE_SCHEMA
 
 if TYPE_CHECKING:
     from cdc_medallion.formats.base import Format

@@ -34,15 +34,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-from cdc_medallion.formats.stateful_processor import (
+from cdc_medallion.model import EVENT_SCHEMA
+from cdc_medallion.parsing.stateful_processor import (
     LEGACY_STATE,
     TICK_GROUP,
     StepProcessor,
     batch_step,
     legacy_step,
 )
-from cdc_medallion.formats.stateful_step import COPY, GROUP
-from cdc_medallion.model import EVENT_SCHEMA
+from cdc_medallion.parsing.stateful_step import COPY, GROUP
 
 if TYPE_CHECKING:
     from cdc_medallion.formats.base import Format
