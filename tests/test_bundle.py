@@ -183,7 +183,8 @@ def test_bundle_builds_the_project_wheel():
     assert project["name"] == "cdc-medallion"  # the wheel's file name: cdc_medallion-<version>-...
     # The core holds none of the runtime's packages, which it would replace (its ranges: test_pins.py).
     runtime = {Requirement(d).name for d in project["optional-dependencies"]["spark"]}
-    assert runtime == {"pyspark", "pyarrow", "pandas", "numpy"}
+    # (protobuf: what pyspark's state server client needs; the runtime's own pyspark brings it.)
+    assert runtime == {"pyspark", "pyarrow", "pandas", "numpy", "protobuf"}
     assert not runtime & {Requirement(d).name for d in project["dependencies"]}
 
 

@@ -13,6 +13,7 @@ from cdc_medallion.config import PipelineConf, SourceConf
 from cdc_medallion.formats import get_format
 from cdc_medallion.layers import bronze_name, silver_name
 from cdc_medallion.model import EVENT_SCHEMA, KIND_HEARTBEAT, KIND_SCHEMA_CHANGE
+from cdc_medallion.parsing import execute
 from cdc_medallion.quality.rules import load_rules
 
 SCHEMA_CHANGES = "silver_schema_changes"
@@ -31,7 +32,7 @@ def define_source(conf: PipelineConf, source: SourceConf) -> None:
     )
     @dp.expectations_from(rules)
     def parse():
-        return parse(parser, dp.read_stream(bronze_name(source.name)))
+        return execute.parse(parser, dp.read_stream(bronze_name(source.name)))
 
 
 def define_side_tables(conf: PipelineConf) -> None:
