@@ -7,9 +7,35 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
+
+# Hypothesis profiles, the one place property tests get their seed and budget from; a test sets
+# only what is its own (a health check its examples trip, a larger count when its examples are
+# cheap). `HYPOTHESIS_PROFILE` chooses one; "ci" is the default, so `make test` and CI run it:
+# - "ci": derandomized, so every run tries the same examples (a red CI run is red again on a
+#   laptop, and a green one does not turn red by luck); 10 examples for a test that names no
+#   count: the SCD model tests, whose every example is a few Spark jobs per batch over up to 60
+#   keys (tests/test_auto_cdc_model.py: 10 are enough to find the bugs planted there, in its
+#   docstring); no deadline (a Spark job's time is the machine's load, not the code's); the
+#   failing example's blob printed, to replay it with `@reproduce_failure`. No example
+#   database: a derandomized run needs none.
+# - "dev": fresh random examples each run, 50 for a test that names no count, failures kept in an
+#   example database under ~/.cache (never in the tree) and tried first the next time: for
+#   exploring, `HYPOTHESIS_PROFILE=dev .venv/bin/python -m pytest -n 0 tests/test_auto_cdc_model.py`.
+settings.register_profile("ci", derandomize=True, max_examples=10, deadline=None, print_blob=True)
+settings.register_profile(
+    "dev",
+    max_examples=50,
+    deadline=None,
+    print_blob=True,
+    database=DirectoryBasedExampleDatabase(Path.home() / ".cache" / "cdc-medallion" / "hypothesis"),
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Test batches are a few rows, where compiling each query's generated code costs more than
