@@ -8,14 +8,18 @@ CONF ?= conf/local.yml
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
-.PHONY: setup run test test-setup debian-packages lint clean browser postgres bench crash-drill kafka demo-kafka
+.PHONY: setup run test test-setup debian-packages lint clean browser postgres mariadb bench crash-drill kafka demo-kafka
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# pyproject.toml declares ranges (the wheel is installed on Databricks); constraints.txt holds the
+# exact version of every package, transitive ones included, so every setup is the same environment.
+CONSTRAINTS := constraints.txt
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
 	$(BIN)/python -m cdc_medallion.jars  # Delta Lake, Spark's Kafka and Avro jars from Maven Central, cached
 	$(BIN)/python -m cdc_medallion.class_archive  # the driver JVM's classes, archived once (a quarter off a cold start's CPU)
 	touch $(STAMP)
@@ -38,14 +42,18 @@ test-setup:
 # - postgresql: the Debezium capture test runs PostgreSQL 15 in a cluster of its own (a temporary
 #   folder, a free port), so the package's system cluster is not created (createcluster.d) and,
 #   unless a policy-rc.d is already there, no service is started.
+# - mariadb-server: the MariaDB capture test runs mariadbd on a data folder of its own (a temporary
+#   folder, a free port); the policy-rc.d below keeps the package's own server from starting.
 # Where they cannot be installed (not root, no apt), the tests that need them skip and say why.
-DEBIAN_PACKAGES ?= chromium postgresql
+DEBIAN_PACKAGES ?= chromium postgresql mariadb-server
 PG_BIN := /usr/lib/postgresql/15/bin
+MARIADBD := /usr/sbin/mariadbd
 POLICY_RC := /usr/sbin/policy-rc.d
 debian-packages:
 	@missing=; for package in $(DEBIAN_PACKAGES); do case $$package in \
 	  chromium) test -x /usr/bin/chromium || missing="$$missing chromium";; \
-	  postgresql) test -x $(PG_BIN)/postgres || missing="$$missing postgresql";; esac; done; \
+	  postgresql) test -x $(PG_BIN)/postgres || missing="$$missing postgresql";; \
+	  mariadb-server) test -x $(MARIADBD) || missing="$$missing mariadb-server";; esac; done; \
 	[ -z "$$missing" ] || { \
 	  (apt-get update -qq && mkdir -p /etc/postgresql-common/createcluster.d \
 	   && echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/cdc-medallion.conf || exit 1; \
@@ -60,6 +68,9 @@ browser:
 postgres:
 	@$(MAKE) --no-print-directory debian-packages DEBIAN_PACKAGES=postgresql
 
+mariadb:
+	@$(MAKE) --no-print-directory debian-packages DEBIAN_PACKAGES=mariadb-server
+
 # Benchmarks (not tests; nothing asserts a time). BENCH_N changes per format, default 1,000,000;
 # BENCH_FORMATS, BENCH_PARTS and BENCH_10M=1 narrow or widen it (bench/run.py). PyFlink, the peer,
 # is installed on first use into bench/.flink-venv (its pins conflict with ours).
@@ -67,7 +78,7 @@ BENCH_N ?= 1000000
 BENCH_STAMP := $(VENV)/.bench-installed
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

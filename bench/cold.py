@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cdc_medallion.lines import lines_of
+
 MESSAGES = 10
 RUNS = 3
 FORMAT = "debezium-json"
@@ -31,7 +33,7 @@ def ten_messages(folder: Path) -> Path:
     messages = folder / f"{FORMAT}-{MESSAGES}.jsonl"
     if not messages.is_file():
         work = workload(folder / "inputs", FORMAT, 4 * MESSAGES, tables=1, say=lambda _line: None)
-        lines = input_files(work.rendered.path)[0].read_bytes().splitlines(keepends=True)[:MESSAGES]
+        lines = lines_of(input_files(work.rendered.path)[0].read_bytes(), keepends=True)[:MESSAGES]
         folder.mkdir(parents=True, exist_ok=True)
         messages.write_bytes(b"".join(lines))
     return messages

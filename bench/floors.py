@@ -25,6 +25,7 @@ from pyspark.sql.types import StructType
 
 from bench.timing import best_of
 from bench.workloads import Workload, input_files
+from cdc_medallion.lines import NEWLINE
 
 KAFKA_DUMP = "topic STRING, partition INT, offset BIGINT, timestamp BIGINT, key STRING, value STRING"
 
@@ -45,7 +46,7 @@ def _message_schema(spark: SparkSession, work: Workload, sample: int = 2000) -> 
     if not work.format.endswith("-json"):
         return None
     values = []
-    with open(_paths(work)[0], encoding="utf-8") as handle:
+    with open(_paths(work)[0], encoding="utf-8", newline=NEWLINE) as handle:  # lines end at "\n" only
         for line in itertools.islice(handle, sample):
             value = json.loads(line).get("value") if work.rendered.layout == "kafka-dump" else line
             if value is not None:

@@ -24,6 +24,7 @@ from cdc_medallion.config import PipelineConf, load_conf
 from cdc_medallion.generator.history import History, Transaction, generate_history, stream_history
 from cdc_medallion.generator.output import pipeline_conf
 from cdc_medallion.generator.renderers import RenderedSource, render
+from cdc_medallion.lines import NEWLINE, lines_of
 
 REPO = Path(__file__).resolve().parent.parent
 SNAPSHOT_BYTES = "snapshot.bytes"  # an incremental input's length before its increment
@@ -59,7 +60,7 @@ class Workload:
         folder = self.conf_path.parent / "held-back"
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir()
-        lines = self.rendered.path.read_bytes().splitlines(keepends=True)
+        lines = lines_of(self.rendered.path.read_bytes(), keepends=True)
         kept, held = lines[: len(lines) - count], lines[len(lines) - count :]
         copy = folder / self.rendered.path.name
         copy.write_bytes(b"".join(kept))
@@ -300,7 +301,7 @@ def values_file(work: Workload, out: Path) -> tuple[Path, int]:
     lines = 0
     with out.open("w", encoding="utf-8") as sink:
         for path in input_files(work.rendered.path):
-            with path.open(encoding="utf-8") as handle:
+            with path.open(encoding="utf-8", newline=NEWLINE) as handle:  # lines end at "\n" only
                 for line in handle:
                     record = json.loads(line)
                     value = record.get("value")

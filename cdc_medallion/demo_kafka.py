@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cdc_medallion.lines import lines_of
+
 REPO = Path(__file__).resolve().parents[1]
 STORAGE = REPO / ".data" / "demo-kafka"
 PREFIX = "demo"  # Debezium's topic prefix and the pipeline's source name: topics demo.public.<table>
@@ -79,7 +81,7 @@ def connector(pg: Any) -> dict[str, str]:
 
 def source_rows(pg: Any, table: str) -> list[dict[str, Any]]:
     out = pg.sql(f"SELECT to_jsonb(t) FROM {table} AS t").stdout
-    return [json.loads(line, parse_float=decimal.Decimal) for line in out.splitlines() if line]
+    return [json.loads(line, parse_float=decimal.Decimal) for line in lines_of(out) if line]
 
 
 def pipeline_conf(bootstrap_servers: str) -> Any:

@@ -80,6 +80,11 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
       their own projections, and with more tables than the cache holds every micro-batch compiled
       them again (bench/HISTORY.md, 2026-11-28 afternoon).
     - The driver maps the class archive `make setup` trained (`class_archive.py`), when there is one.
+    - Parquet timestamps as INT64 microseconds (Delta's writer takes Spark's setting), not Spark's
+      default INT96: readers that follow the Parquet spec (delta-rs for `status`, `show` and the
+      report; pyarrow) read INT96 as nanoseconds, which hold only years 1677-2262, and showed
+      1000-01-01 as 2169-02-08. Files an older session wrote in INT96 are read as microseconds
+      too (`storage/delta_rs.py`).
     - CDC_MEDALLION_SPARK_CONF adds settings ("spark.a=1 spark.b=2"), CDC_MEDALLION_JAVA_OPTIONS
       options of the driver's and the executors' JVMs (e.g. "-XX:TieredStopAtLevel=1", quick JIT
       for short runs).
@@ -90,61 +95,80 @@ def get_spark(app_name: str = "cdc-medallion") -> SparkSession:
     # A foreachBatch that raises is logged by py4j with its traceback; the runner reports it as
     # one line naming the flow, from the query's failure.
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    builder = SparkSession.builder.appName(app_name).master(spark_master())
+    for key, value in session_settings().items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register_sources(spark)
+    parse_over_cores(spark)
+    return spark
+
+
+def session_settings() -> dict[str, str]:
+    """The Spark settings of our sessions (why each: `get_spark`), also what a local Spark
+    Connect server is started with (`services/connect_server.py`). Sets the environment of the
+    processes Spark starts (Python workers, the JVM's C library) on the way."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("MALLOC_ARENA_MAX", "2")  # read by the JVM's C library when it starts
     jvm = os.environ.get("CDC_MEDALLION_JAVA_OPTIONS", "")
     memory = driver_memory()
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(spark_master())
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config(
-            "spark.driver.extraJavaOptions",
+    settings = {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": (
             f"-Dlog4j.configurationFile=file:{LOG4J} -XX:+UseSerialGC {young_generation_option(memory)}"
-            f" {driver_class_archive()} {jvm}",
-        )
-        .config("spark.sql.shuffle.partitions", os.environ.get("CDC_MEDALLION_SHUFFLE_PARTITIONS", "4"))
-        .config("spark.databricks.delta.snapshotPartitions", "1")
-        .config("spark.databricks.delta.allFilesInCrc.enabled", "false")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.sql.codegen.cache.maxEntries", str(GENERATED_CLASSES_KEPT))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", memory)
-        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        .config("spark.delta.logStore.file.impl", "io.delta.storage.LocalLogStore")
-        .config(
-            "spark.sql.streaming.checkpointFileManagerClass",
-            "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
-        )
-        .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "cdc-medallion-warehouse"))
-    )
+            f" {driver_class_archive()} {jvm}"
+        ),
+        "spark.sql.shuffle.partitions": os.environ.get("CDC_MEDALLION_SHUFFLE_PARTITIONS", "4"),
+        "spark.databricks.delta.snapshotPartitions": "1",
+        "spark.databricks.delta.allFilesInCrc.enabled": "false",
+        "spark.sql.adaptive.enabled": "false",
+        "spark.sql.codegen.cache.maxEntries": str(GENERATED_CLASSES_KEPT),
+        "spark.sql.session.timeZone": "UTC",
+        # Parquet INT96 timestamps are read as nanoseconds by delta-rs and overflow outside 1677-2262.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.driver.memory": memory,
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+        "spark.delta.logStore.file.impl": "io.delta.storage.LocalLogStore",
+        "spark.sql.streaming.checkpointFileManagerClass": (
+            "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+        ),
+        "spark.sql.warehouse.dir": os.path.join(os.environ.get("TMPDIR", "/tmp"), "cdc-medallion-warehouse"),
+    }
     jars = cached_jars()
     if jars:
-        builder = builder.config("spark.jars", ",".join(jars))
+        settings["spark.jars"] = ",".join(jars)
     else:
-        builder = builder.config("spark.jars.packages", ",".join(packages()))
+        settings["spark.jars.packages"] = ",".join(packages())
     for setting in os.environ.get("CDC_MEDALLION_SPARK_CONF", "").split():
         key, sep, value = setting.partition("=")
         if not sep or not key.startswith("spark."):
             raise ConfigError(f"CDC_MEDALLION_SPARK_CONF: {setting!r} is not spark.<key>=<value>")
-        builder = builder.config(key, value)
+        settings[key] = value
     if jvm.strip():  # a cluster's executors are JVMs too (local mode runs its tasks in the driver)
-        builder = builder.config("spark.executor.extraJavaOptions", jvm)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    register_sources(spark)
-    return spark
+        settings["spark.executor.extraJavaOptions"] = jvm
+    return settings
+
+
+def parse_over_cores(spark: SparkSession) -> None:
+    """Tell the parsers how many cores the session runs on (`formats.base.PARSE_PARTITIONS_CONF`).
+
+    Local only: it asks the SparkContext, which a Spark Connect session (Databricks serverless)
+    does not have, so the query functions read the answer from the session's conf instead. The
+    runner asks again before it plans each query: a cluster's executors join after the start."""
+    from cdc_medallion.formats.base import PARSE_PARTITIONS_CONF
+
+    spark.conf.set(PARSE_PARTITIONS_CONF, str(spark.sparkContext.defaultParallelism))
 
 
 def register_sources(spark: SparkSession) -> None:

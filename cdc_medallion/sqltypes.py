@@ -49,7 +49,7 @@ _SIMPLE = {
     "double": "double",
     "float8": "double",
     "double precision": "double",
-    "decfloat": "double",
+    "decfloat": "string",  # Db2 DECFLOAT(34): 34 significant digits, NaN and infinities; a double has 17
     "boolean": "boolean",
     "bool": "boolean",
     "bit": "boolean",
@@ -69,6 +69,12 @@ _SIMPLE = {
 }
 _DECIMAL = re.compile(r"^(decimal|numeric|number|dec|fixed)\s*(\(\s*(\d+)\s*(,\s*(-?\d+)\s*)?\))?$")
 MAX_PRECISION = 38  # digits a Spark decimal holds
+# A decimal without a precision (PostgreSQL's `numeric`, Oracle's `NUMBER`, DTS's `decimal` whose
+# parameters it drops) holds any value its database does, up to 131072 digits before the point:
+# more than any Spark decimal, so its values stay exact text (docs/values.md).
+UNCONSTRAINED_DECIMAL = "string"
+MAX_FRACTION_DIGITS = 6  # a Spark TIMESTAMP holds microseconds
+_FRACTIONAL_SECONDS = re.compile(r"^(timestamp|datetime|timestamptz|timestamp_ntz)\s*\(\s*(\d+)\s*\)")
 _SIZED = re.compile(r"^([a-z_ ]+?)\s*\(\s*\d+\s*[kmg]?\s*\)$")  # LOB sizes may be 1M, 2G
 # Db2: CHAR(10) FOR BIT DATA is binary; FOR SBCS/MIXED DATA only names the character subtype.
 _BIT_DATA = re.compile(r"^(.*?)\s+for\s+bit\s+data$")
@@ -77,8 +83,14 @@ _SUBTYPE = re.compile(r"\s+for\s+(sbcs|mixed)\s+data$")
 
 def decimal_type(precision: int, scale: int) -> str:
     """DECIMAL(p, s) in Spark, which holds at most 38 digits: wider ones (MySQL's DECIMAL(65,
-    30), Debezium's `connect.decimal.precision` 40) stay exact as text, never rounded or NULL."""
-    if 0 < precision <= MAX_PRECISION and 0 <= scale <= precision:
+    30), Debezium's `connect.decimal.precision` 40) stay exact as text, never rounded or NULL.
+
+    A negative scale (Oracle's NUMBER(5,-2) holds 9999900) needs `p - s` integer digits and no
+    fraction; a scale above the precision (NUMBER(2,5) holds 0.00099) needs `s` digits."""
+    if scale < 0:
+        precision, scale = precision - scale, 0
+    precision = max(precision, scale)
+    if 0 < precision <= MAX_PRECISION:
         return f"decimal({precision},{scale})"
     return "string"
 
@@ -95,9 +107,14 @@ def spark_type(sql_type: str) -> str:
         return _SIMPLE[name]
     decimal = _DECIMAL.match(name)
     if decimal:
-        precision = int(decimal.group(3) or 38)
-        scale = int(decimal.group(5) or (0 if decimal.group(3) else 18))
-        return decimal_type(precision, max(min(scale, precision), 0))
+        if decimal.group(3) is None:  # NUMERIC, NUMBER, DECIMAL without a precision: any value
+            return UNCONSTRAINED_DECIMAL
+        return decimal_type(int(decimal.group(3)), int(decimal.group(5) or 0))
+    fractional = _FRACTIONAL_SECONDS.match(name)
+    if fractional:
+        if int(fractional.group(2)) > MAX_FRACTION_DIGITS:
+            return "string"  # TIMESTAMP(9), Db2's TIMESTAMP(12): more digits than Spark keeps; exact text
+        return spark_type(_FRACTIONAL_SECONDS.sub(r"\1", name))
     sized = _SIZED.match(name)
     if sized and sized.group(1).strip() in _SIMPLE:
         return _SIMPLE[sized.group(1).strip()]

@@ -15,7 +15,10 @@ SHARED = REPO.parent / "shared"
 
 # Hypothesis profiles, the one place property tests get their seed and budget from; a test sets
 # only what is its own (a health check its examples trip, a larger count when its examples are
-# cheap). `HYPOTHESIS_PROFILE` chooses one; "ci" is the default, so `make test` and CI run it:
+# cheap), and inherits the rest from the loaded profile (a bare `settings(...)` does), so the
+# value-decoder properties (tests/test_exact_values.py), the fuzz tests and the SCD model tests
+# alike run derandomized in CI. `HYPOTHESIS_PROFILE` chooses one; "ci" is the default, so
+# `make test` and CI run it:
 # - "ci": derandomized, so every run tries the same examples (a red CI run is red again on a
 #   laptop, and a green one does not turn red by luck); 10 examples for a test that names no
 #   count: the SCD model tests, whose every example is a few Spark jobs per batch over up to 60
@@ -66,7 +69,6 @@ _main = sys.modules["__main__"]
 if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
     _main.__file__ = "<pytest-xdist worker>"
 
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest work first: tests sharing a group's fixture (one worker runs a group), then
     tests marked slow, then the rest, each in its file's order. pytest-xdist hands out work in
@@ -102,10 +104,12 @@ def shared_path(*parts: str) -> Path:
 
 @pytest.fixture(scope="session")
 def kafka_broker():
-    """One Kafka broker for the whole run, started by the first test that asks for it (so a run
-    without Kafka tests never starts one) and stopped at the end. Mark tests that use it
-    `pytest.mark.xdist_group("kafka")`: with `--dist loadgroup` one worker runs them all, and
-    so starts one broker."""
+    """One Kafka broker per test process, started by the first test that asks for it (so a run
+    without Kafka tests never starts one) and stopped at the end. Every test that uses it is in an
+    `xdist_group`: with `--dist loadgroup` a group runs on one worker, which starts one broker for
+    it. The broker tests share `kafka`; each capture test (PostgreSQL, MariaDB) and the Spark
+    Connect test have a group of their own, so they run side by side on their own brokers instead
+    of one after another (topics never collide across them)."""
     from cdc_medallion.services.kafka_broker import KafkaBroker
 
     broker = KafkaBroker(partitions=3)

@@ -20,8 +20,19 @@ it comes from:
   `column_list` and `except_column_list` exclude each other, as do the two `track_history_*`
   lists, which are for SCD type 2.
 
-Python itself refuses unknown keywords (each function has its documented parameters, nothing
-else). The stand-ins record every accepted call in a `Recorder`.
+Python itself refuses unknown keywords: each function has the parameters its reference
+documents, nothing else. Checked against the current references (learn.microsoft.com
+/azure/databricks/ldp/developer/ldp-python-ref-*): `table` and `materialized_view` (which adds
+`refresh_policy`) take `private`; so does `create_streaming_table` (its syntax ends
+`row_filter = "row-filter-clause", private = False`; older copies of the page lack it);
+`temporary_view` takes `name` and `comment` only; `create_auto_cdc_flow` lists
+`system_sequence_by`, `ignore_null_updates_column_list`, `ignore_null_updates_except_column_list`
+and `columns_to_update` besides the older ones. The stand-ins record every accepted call in a
+`Recorder`.
+
+`wrapped(module)` gives the same stand-in with every function a `(*args, **kwargs)` wrapper, as a
+runtime module may hand out: signature introspection then tells nothing, and the facade must not
+depend on it. `tests/databricks_graph_run.py` runs a recorded graph on real Spark.
 """
 
 from __future__ import annotations
@@ -269,6 +280,13 @@ def _auto_cdc(recorder: Recorder, api: str, options: dict[str, Any], name_key: s
         f"ignore_null_updates must be bool, got {options['ignore_null_updates']!r}",
     )
     _require(isinstance(options["once"], bool), f"once must be bool, got {options['once']!r}")
+    for key in ("ignore_null_updates_column_list", "ignore_null_updates_except_column_list"):
+        _str_list(options.get(key), key, columns=True)
+    # [STUBS] columns_to_update: Optional[Union[str, Column]]
+    _require(
+        options.get("columns_to_update") is None or isinstance(options["columns_to_update"], str | Column),
+        f"columns_to_update must be str or Column, got {options.get('columns_to_update')!r}",
+    )
     name = options.pop(name_key) or options["target"]
     _require(name is None or isinstance(name, str), f"{name_key} must be str")
     _require(name not in recorder.flows, f"flow {name!r} is defined twice")  # [PY-REF] unique flow names
@@ -315,6 +333,7 @@ def pipelines_standin(recorder: Recorder) -> types.ModuleType:
         cluster_by_auto=False,
         cluster_by=None,
         schema=None,
+        refresh_policy=None,
         row_filter=None,
         private=False,
     ):
@@ -353,7 +372,11 @@ def pipelines_standin(recorder: Recorder) -> types.ModuleType:
         source,
         keys,
         sequence_by,
+        system_sequence_by=None,
         ignore_null_updates=False,
+        ignore_null_updates_column_list=None,
+        ignore_null_updates_except_column_list=None,
+        columns_to_update=None,
         apply_as_deletes=None,
         apply_as_truncates=None,
         column_list=None,
@@ -442,4 +465,35 @@ def dlt_standin(recorder: Recorder) -> types.ModuleType:
     return module
 
 
-STANDINS = {"pyspark.pipelines": pipelines_standin, "dlt": dlt_standin}
+def wrapped(module: types.ModuleType) -> types.ModuleType:
+    """The stand-in with every function a `(*args, **kwargs)` wrapper, named as the original:
+    `inspect.signature` of each gives `(*args, **kwargs)`, nothing about what it takes."""
+    outer = types.ModuleType(module.__name__)
+    for name, function in vars(module).items():
+        if callable(function) and not name.startswith("_"):
+            setattr(outer, name, _wrapper(name, function))
+    return outer
+
+
+def _wrapper(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    wrapper.__name__ = wrapper.__qualname__ = name
+    return wrapper
+
+
+@dataclass(frozen=True)
+class Standin:
+    """A stand-in as a test installs it: under `module` in sys.modules, made by `make`."""
+
+    module: str
+    make: Callable[[Recorder], types.ModuleType]
+
+
+STANDINS = {
+    "pyspark.pipelines": Standin("pyspark.pipelines", pipelines_standin),
+    "dlt": Standin("dlt", dlt_standin),
+    "pyspark.pipelines-wrapped": Standin("pyspark.pipelines", lambda r: wrapped(pipelines_standin(r))),
+    "dlt-wrapped": Standin("dlt", lambda r: wrapped(dlt_standin(r))),
+}

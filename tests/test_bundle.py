@@ -8,16 +8,24 @@ with the `regex` package.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 from cdc_medallion.config import load_conf
 from cdc_medallion.formats import get_format
+from tests.bundle_targets import BundleError, resolve
 
 # One worker builds this module's shared storage once (make test runs pytest-xdist).
 pytestmark = pytest.mark.xdist_group("bundle")
@@ -119,7 +127,9 @@ def test_targets_dev_and_prod():
 def test_pipeline_resource():
     bundle = merged_bundle()
     pipeline = bundle["resources"]["pipelines"]["cdc_medallion"]
-    assert pipeline["catalog"] == "${var.catalog}" and pipeline["schema"] == "${var.schema}"
+    # The schema the bundle creates (pipelines/cdc_medallion.catalog.yml), by reference: the name
+    # each target gives it, and created before the pipeline.
+    assert pipeline["catalog"] == "${var.catalog}" and pipeline["schema"] == SCHEMA_NAME
     assert pipeline["serverless"] is True and pipeline["continuous"] is False
     assert pipeline["channel"] in ("CURRENT", "PREVIEW") and "photon" in pipeline
     # The pipeline installs the project's wheel (with its core dependencies), nothing else.
@@ -141,27 +151,83 @@ def test_pipeline_resource():
 
 # pipelines/*.yml name the wheel relative to themselves; the artifact builds it under dist/.
 WHEEL_FROM_PIPELINES = "../dist/*.whl"
+SCHEMA_NAME = "${resources.schemas.cdc_medallion.name}"
 
 
 def test_bundle_builds_the_project_wheel():
-    """`artifacts` builds this project's wheel where the environments look for it, with pip alone."""
+    """`artifacts` builds this project's wheel where the environments look for it, with the build
+    script (pip alone, out of tree); what it builds: test_the_wheel_has_a_new_version_each_build."""
     (artifact,) = merged_bundle()["artifacts"].values()
     assert artifact["type"] == "whl" and artifact["path"] == "."
-    assert artifact["build"].split()[:3] == ["python3", "-m", "pip"] and "--no-deps" in artifact["build"]
-    build = artifact["build"].split()
-    assert build[build.index("--wheel-dir") + 1] == "dist"
+    assert artifact["build"] == "python3 pipelines/build_wheel.py"
     (built,) = artifact["files"]
     wheel_glob = (REPO / "pipelines" / WHEEL_FROM_PIPELINES).resolve().relative_to(REPO)
     assert built["source"].removeprefix("./").startswith("dist/cdc_medallion-") and str(wheel_glob) == "dist/*.whl"
     with (REPO / "pyproject.toml").open("rb") as file:
         project = tomllib.load(file)["project"]
     assert project["name"] == "cdc-medallion"  # the wheel's file name: cdc_medallion-<version>-...
-    # The core is exactly pinned and holds none of the runtime's packages, which it would replace.
-    core = project["dependencies"]
-    assert core and all("==" in d for d in core)
-    runtime = {d.split("==")[0] for d in project["optional-dependencies"]["spark"]}
+    # The core holds none of the runtime's packages, which it would replace (its ranges: test_pins.py).
+    runtime = {Requirement(d).name for d in project["optional-dependencies"]["spark"]}
     assert runtime == {"pyspark", "pyarrow", "pandas", "numpy"}
-    assert not runtime & {d.split("==")[0] for d in core}
+    assert not runtime & {Requirement(d).name for d in project["dependencies"]}
+
+
+def _checkout(into: Path) -> Path:
+    """This checkout's files as a clone of it would hold them: tracked and new, nothing ignored."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError) as error:
+        pytest.skip(f"the files of this checkout cannot be listed with git: {error}")
+    for name in filter(None, listed.decode().split("\0")):
+        if (REPO / name).is_file():  # not one deleted but still tracked
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, into / name)
+    return into
+
+
+@pytest.mark.slow
+def test_the_wheel_has_a_new_version_each_build_and_nothing_of_a_stale_build_folder(tmp_path):
+    """The artifact's build command, run twice in a checkout as `bundle deploy` runs it: each
+    wheel has a version of its own (serverless caches a wheel by its file name), and a module left
+    in a stale build/ (deleted from the source since) is not in it, nor is the checkout written to."""
+    checkout = _checkout(tmp_path / "checkout")
+    stale = checkout / "build" / "lib" / "cdc_medallion" / "removed_module.py"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("REMOVED = True\n", encoding="utf-8")
+    before = _tree(checkout)
+    (artifact,) = merged_bundle()["artifacts"].values()
+    (built,) = artifact["files"]
+    root = checkout / artifact["path"]
+    with (REPO / "pyproject.toml").open("rb") as file:
+        declared = tomllib.load(file)["project"]["version"]
+    sources = {str(p.relative_to(checkout)) for p in (checkout / "cdc_medallion").rglob("*.py")}
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # its python3
+    versions = []
+    for _ in range(2):
+        run = subprocess.run(artifact["build"], shell=True, cwd=root, env=env, capture_output=True, text=True)
+        assert run.returncode == 0, run.stdout + run.stderr
+        (wheel,) = root.glob(built["source"])  # the older wheel is gone: `dist/*.whl` names one
+        with zipfile.ZipFile(wheel) as archive:
+            names = set(archive.namelist())
+            (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+            version = re.search(r"^Version: (\S+)$", archive.read(metadata).decode(), re.MULTILINE).group(1)
+        assert wheel.name.startswith(f"cdc_medallion-{version}-")
+        assert not [n for n in names if "removed_module" in n], "a stale build/ reached the wheel"
+        assert {n for n in names if n.endswith(".py")} == sources
+        versions.append(version)
+    assert versions[0] != versions[1], f"two builds, one version: {versions[0]}"
+    assert all(v.startswith(f"{declared}+") for v in versions), versions
+    assert _tree(checkout) == before, "the build wrote into the source tree"
+
+
+def _tree(root: Path) -> list[str]:
+    """Every path under `root` but the wheel's folder, dist/."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.relative_to(root).parts[0] != "dist")
 
 
 def test_libraries_reach_transformations():
@@ -192,6 +258,114 @@ def test_references_resolve():
     values = [v for _, v in _walk(_load(REPO / "conf" / "databricks.yml")) if isinstance(v, str)]
     referenced = {key for v in values for key in re.findall(r"\{\{conf:([^{}]+)\}\}", v)}
     assert referenced and referenced <= configured, referenced - configured
+
+
+# --- each target as the CLI resolves it (tests/bundle_targets.py) -------------------------------
+USER = "ada.lovelace@example.com"  # short name ada_lovelace
+REQUIRED = {"catalog": "lake", "kafka_bootstrap_servers": "b-1.kafka:9096"}
+
+
+def _deployed(target: str, **cli_vars: str) -> dict[str, Any]:
+    return resolve(merged_bundle(), target, USER, {**REQUIRED, **cli_vars})
+
+
+def _published(deployed: dict[str, Any]) -> tuple[str, str]:
+    """(catalog, schema) of the pipeline, after checking that everything else names the same."""
+    resources = deployed["resources"]
+    pipeline = resources["pipelines"]["cdc_medallion"]
+    (schema,) = resources["schemas"].values()
+    where = (pipeline["catalog"], pipeline["schema"])
+    assert where == (schema["catalog_name"], schema["name"]), "the pipeline publishes into the schema the bundle makes"
+    log = pipeline["event_log"]
+    assert (log["catalog"], log["schema"]) == where
+    (volume,) = resources["volumes"].values()
+    assert (volume["catalog_name"], volume["schema_name"]) == where
+    (report,) = [t for t in resources["jobs"]["cdc_medallion_update"]["tasks"] if "spark_python_task" in t]
+    parameters = report["spark_python_task"]["parameters"]
+    assert parameters[parameters.index("--event-log-table") + 1] == ".".join([*where, log["name"]])
+    assert parameters[parameters.index("--tables-schema") + 1] == ".".join(where)
+    assert parameters[parameters.index("--output") + 1] == f"/Volumes/{where[0]}/{where[1]}/{volume['name']}/quality"
+    return where
+
+
+def test_dev_and_prod_publish_into_schemas_of_their_own(validator):
+    """A table belongs to one pipeline: were dev and prod one schema, whichever deployed second
+    would fail. dev's carries the user (mode development's prefix), prod's is the variable's."""
+    dev = _deployed("dev")
+    prod = _deployed("prod", prod_service_principal="6f3c1e0a-app-id")
+    assert _published(dev) == ("lake", "dev_ada_lovelace_cdc_medallion")
+    assert _published(prod) == ("lake", "cdc_medallion")
+    assert dev["resources"]["pipelines"]["cdc_medallion"]["name"] == "[dev ada_lovelace] cdc-medallion"
+    # Two developers do not share one either.
+    other = resolve(merged_bundle(), "dev", "grace.hopper@example.com", REQUIRED)
+    assert _published(other)[1] == "dev_grace_hopper_cdc_medallion"
+    for deployed in (dev, prod):  # what each target deploys is a valid bundle (less the CLI's own keys)
+        bundle = {k: v for k, v in deployed["bundle"].items() if k not in ("mode", "target")}
+        assert _errors(validator, {**deployed, "bundle": bundle}) == []
+    assert prod["resources"]["schemas"]["cdc_medallion"]["lifecycle"] == {"prevent_destroy": True}
+
+
+def test_the_catalog_is_required_and_unset_stops_the_cli():
+    """No `main` is assumed: without a catalog the CLI stops, naming --var and BUNDLE_VAR_catalog."""
+    assert "default" not in merged_bundle()["variables"]["catalog"]
+    with pytest.raises(BundleError, match=r'required variable catalog\. .*"--var", the BUNDLE_VAR_catalog'):
+        resolve(merged_bundle(), "dev", USER, {"kafka_bootstrap_servers": "b:9092"})
+    environ = {"BUNDLE_VAR_catalog": "analytics", "BUNDLE_VAR_kafka_bootstrap_servers": "b:9092"}
+    assert _published(resolve(merged_bundle(), "dev", USER, environ=environ))[0] == "analytics"
+
+
+# The first CLI release with each feature this bundle uses, from the CLI's CHANGELOG.md: an older
+# CLI warns of an unknown field and deploys without it (a pipeline without its wheel).
+CLI_FEATURES = {
+    ("resources", "schemas"): "0.225.0",
+    ("resources", "volumes"): "0.236.0",
+    ("resources", "pipelines", "*", "environment"): "0.258.0",  # local wheels in a pipeline's environment
+    ("lifecycle", "prevent_destroy"): "0.269.0",  # 0.267.0; right for several resources since 0.269.0
+}
+# bundle/config/mutator/verify_cli_version.go: the constraint syntax the CLI accepts.
+_CLI_VERSION = r"(\d+\.\d+\.\d+(\-\w+)?|\d+\.\d+.\*|\d+\.\*)"
+_CLI_CONSTRAINT = re.compile(rf"^(>=|<=|>|<|!=)? ?{_CLI_VERSION}(, (>=|<=|>|<|!=)? {_CLI_VERSION})?$")
+
+
+def _uses(node: Any, path: tuple[str, ...]) -> bool:
+    """Whether `path` (`*` any key) occurs anywhere in `node`."""
+    if isinstance(node, dict):
+        head = path[0]
+        for key, value in node.items():
+            if head in ("*", key) and (len(path) == 1 or _uses(value, path[1:])):
+                return True
+        return any(_uses(value, path) for value in node.values())
+    return isinstance(node, list) and any(_uses(value, path) for value in node)
+
+
+def test_the_bundle_requires_a_cli_that_knows_what_it_uses():
+    bundle = merged_bundle()
+    constraint = bundle["bundle"]["databricks_cli_version"]
+    assert _CLI_CONSTRAINT.match(constraint), f"{constraint!r}: the CLI rejects this syntax"
+    floor = re.match(r">= ?(\d+\.\d+\.\d+)$", constraint)
+    assert floor, f"{constraint!r}: a lower bound, and no upper one that would refuse newer CLIs"
+    used = [(path, version) for path, version in CLI_FEATURES.items() if _uses(bundle, path)]
+    assert len(used) == len(CLI_FEATURES), "each feature listed is used (else drop it from the list)"
+    needed = max(Version(version) for _, version in used)
+    assert Version(floor.group(1)) >= needed, f"{constraint} admits CLIs older than {needed}"
+
+
+def test_the_kafka_bound_of_the_bundle_is_the_engines_default():
+    """conf/databricks.yml bounds each source with the bundle variable; its default is the engine's."""
+    from cdc_medallion.sources.kafka import kafka_options
+    from cdc_medallion.sources.kafka_settings import DEFAULT_MAX_OFFSETS_PER_TRIGGER
+
+    deployed = _deployed("dev")
+    default = deployed["variables"]["kafka_max_offsets_per_trigger"]["default"]
+    assert int(default) == DEFAULT_MAX_OFFSETS_PER_TRIGGER
+    configuration = deployed["resources"]["pipelines"]["cdc_medallion"]["configuration"]
+    bounds = {
+        source.name: kafka_options(source, configuration.get, lambda scope, key: "x", shaded=True)
+        for source in load_conf(REPO / "conf" / "databricks.yml").sources
+    }
+    assert bounds and {name: o.get("maxOffsetsPerTrigger") for name, o in bounds.items()} == dict.fromkeys(
+        bounds, str(DEFAULT_MAX_OFFSETS_PER_TRIGGER)
+    )
 
 
 def test_databricks_conf_loads_and_lists_tables_with_keys_and_columns():

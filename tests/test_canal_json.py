@@ -10,6 +10,7 @@ import pytest
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats import get_format
 from cdc_medallion.formats.canal_json import mysql_spark_type
+from cdc_medallion.lines import lines_of
 from tests.cdc_fixture_checks import (
     assert_gold_matches_changelog,
     assert_gold_matches_table,
@@ -92,7 +93,7 @@ def test_fixture_gold_matches_expected_changelog(spark, storage, name, table):
     ingest(spark, FAMILY, path, storage, keys={table: "id"})
     assert_gold_matches_changelog(spark, storage, table, load_expected(path)["expected_rows"])
     tables = datasets(storage)
-    assert tables["bronze_canal_json"]["rows"] == len(path.read_text(encoding="utf-8").splitlines())
+    assert tables["bronze_canal_json"]["rows"] == len(lines_of(path.read_text(encoding="utf-8")))
     assert "silver_canal_json_quarantine" not in tables  # nothing quarantined: no table
     ddl = [r for r in read_rows(spark, storage, "silver_schema_changes") if r["source_format"] == FAMILY]
     assert ddl and all(r["detail"].startswith("CREATE TABLE") for r in ddl)

@@ -16,6 +16,7 @@ import pytest
 from cdc_medallion.catalog import dataset_status, gold_dataset
 from cdc_medallion.cli import main
 from cdc_medallion.config import load_conf
+from cdc_medallion.lines import lines_of
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.storage.delta_rs import python_rows, read_table
 from tests.conftest import REPO, shared_path
@@ -237,4 +238,4 @@ def test_run_continuous_applies_messages_as_they_arrive_until_ctrl_c(spark, tmp_
     run_pipeline(load_conf(conf), spark=spark)  # the next run, in this process as any run
     assert gold_now(storage) == {1: "c", 2: "e", 3: "d"}
     bronze = python_rows(read_table(storage / "bronze_feed"))
-    assert sorted(bytes(r["value"]) for r in bronze) == sorted(feed.read_bytes().splitlines())
+    assert sorted(bytes(r["value"]) for r in bronze) == sorted(lines_of(feed.read_bytes()))

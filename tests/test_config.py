@@ -9,7 +9,7 @@ import pytest
 from cdc_medallion.config import load_conf
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.model import EVENT_SCHEMA
-from cdc_medallion.quality.rules import load_rules
+from cdc_medallion.quality.rules import load_rules, stale_keys_check
 from tests.conftest import REPO
 
 VALID = """
@@ -282,6 +282,33 @@ def test_rule_file_errors_name_file_key_and_what_is_allowed(tmp_path, rules, mes
     assert message in text and "\n" not in text
 
 
+@pytest.mark.parametrize(
+    ("layer", "text", "message"),
+    [
+        ("silver", "stale_keys: {action: warn}", "key 'stale_keys': unknown key (known: description, rules)"),
+        ("gold", "stale_keys: {action: drop}", "key 'stale_keys.action': must be warn or fail, got 'drop'"),
+        ("gold", "stale_keys: {acton: warn}", "key 'stale_keys.acton': unknown key (known: action, description)"),
+    ],
+)
+def test_stale_keys_is_a_setting_of_gold_yml_alone(tmp_path, layer, text, message):
+    """`stale_keys` says what gold's stale keys are to the checks: only gold.yml may say it."""
+    path = tmp_path / f"{layer}.yml"
+    path.write_text(text + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
+        if layer == "gold":
+            stale_keys_check(tmp_path)
+        else:
+            load_rules(tmp_path, layer, None, EVENT_SCHEMA)
+    assert str(error.value).startswith(f"[INVALID_CONFIG] {path}: ")
+    assert message in str(error.value)
+
+
+def test_gold_yml_sets_stale_keys_to_warn(tmp_path):
+    (tmp_path / "gold.yml").write_text("stale_keys: {action: warn}\n", encoding="utf-8")
+    assert stale_keys_check(tmp_path).action.value == "warn"
+    assert stale_keys_check(tmp_path / "absent").action.value == "fail"
+
+
 def test_a_format_given_its_options_in_code_names_the_source(tmp_path):
     """Outside a conf file (`ingest --option`, a test) the error names the source and its format."""
     from cdc_medallion.formats import get_format
@@ -313,7 +340,7 @@ def test_every_shipped_yaml_file_loads():
     bundle's own files are checked against Databricks' schema in test_bundle.py. A YAML file that
     is none of these has nothing that reads it, and fails here."""
     from cdc_medallion.conf_files import IncludedFile
-    from cdc_medallion.quality.rules import RuleFile
+    from cdc_medallion.quality.rules import read_rule_file
     from cdc_medallion.strict import check, load_yaml
     from tests.test_bundle import bundle_files
 
@@ -323,7 +350,7 @@ def test_every_shipped_yaml_file_loads():
         assert isinstance(load_yaml(path), dict), path
         unread.discard(path)
     for path in sorted((REPO / "expectations").glob("*.yml")):
-        assert check(RuleFile, load_yaml(path), str(path)).rules, path
+        assert read_rule_file(path).rules, path
         unread.discard(path)
     for path in sorted((REPO / "conf").rglob("*.yml")):
         data = load_yaml(path)

@@ -1,5 +1,6 @@
 """The Databricks stand-ins keep the runtime's contract: checked against the official stubs, and
-each of their rules refuses what Databricks refuses (no Spark needed)."""
+each of their rules refuses what Databricks refuses; the graph runner refuses a graph Lakeflow
+would not run."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 
 from cdc_medallion.declarative import databricks
 from tests.databricks_dlt_stubs import load_stubs
-from tests.databricks_standins import STANDINS, Defined, Expected, Recorder, dlt_standin
+from tests.databricks_graph_run import GraphRun
+from tests.databricks_standins import STANDINS, Defined, Expected, Recorder, dlt_standin, pipelines_standin
 
 DLT_FUNCTIONS = (
     "table",
@@ -53,10 +55,40 @@ def test_the_official_stubs_are_the_databricks_api_and_return_new_objects():
     assert expected is not query and defined is not expected and defined is not query
 
 
+def _parameters(function) -> set[str]:
+    return {p for p in inspect.signature(function).parameters if p != "query_function"}
+
+
+@pytest.mark.parametrize("name", sorted(databricks.KEYWORDS[databricks.DLT]))
+def test_the_facades_dlt_keywords_are_the_official_stubs(name):
+    """What the facade passes to `dlt` is decided by its table, which is the stubs' signatures
+    (`create_auto_cdc_flow`, which the stubs lack: `apply_changes`'s, `name` for `flow_name`)."""
+    stubs = load_stubs()
+    if name == "create_auto_cdc_flow":
+        expected = (_parameters(stubs.apply_changes) - {"flow_name"}) | {"name"}
+    else:
+        expected = _parameters(getattr(stubs, name))
+    assert databricks.KEYWORDS[databricks.DLT][name] == expected
+
+
+@pytest.mark.parametrize("name", sorted(databricks.KEYWORDS[databricks.PIPELINES]))
+def test_the_facades_pipelines_keywords_are_the_references(name):
+    """... and for `pyspark.pipelines`, the stand-in's signatures, which cite the reference."""
+    assert databricks.KEYWORDS[databricks.PIPELINES][name] == _parameters(getattr(pipelines_standin(Recorder()), name))
+
+
+def test_wrapped_stand_ins_say_nothing_in_their_signatures():
+    for variant in ("pyspark.pipelines-wrapped", "dlt-wrapped"):
+        api = STANDINS[variant].make(Recorder())
+        kinds = [p.kind for p in inspect.signature(api.table).parameters.values()]
+        assert kinds == [inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD]
+        assert databricks.is_databricks_api(api)
+
+
 @pytest.fixture(params=sorted(STANDINS))
 def module(request):
     recorder = Recorder()
-    return STANDINS[request.param](recorder), recorder
+    return STANDINS[request.param].make(recorder), recorder
 
 
 def _dataset_function(module):
@@ -142,3 +174,99 @@ def test_truncates_are_for_scd_type_1_only(module):
         _auto_cdc(api)(target="history", stored_as_scd_type=2, **common)
     with pytest.raises(TypeError, match="SCD type 1 only"):
         _auto_cdc(api)(target="history", stored_as_scd_type="2", **common)
+
+
+# --- the graph runner refuses what Lakeflow refuses -----------------------------------------------
+@pytest.fixture
+def graph(spark):
+    recorder = Recorder()
+    api = pipelines_standin(recorder)
+    rows = spark.createDataFrame([(1, "a", "s1"), (2, None, "s2")], "id INT, label STRING, seq STRING")
+    return api, recorder, {"raw": rows}
+
+
+def _served(api, recorder, served):
+    api.create_streaming_table("raw")  # given by the test (as bronze is), so never computed
+    return served
+
+
+def test_reads_resolve_case_insensitively_and_constraints_run(spark, graph):
+    api, recorder, served = graph
+    served = _served(api, recorder, served)
+
+    @api.materialized_view(name="clean")
+    @api.expect_or_drop("labelled", "label IS NOT NULL -- a comment ends at its line\n")
+    def clean():
+        from cdc_medallion import dp
+
+        return dp.read("RAW")  # Unity Catalog names are case-insensitive
+
+    run = GraphRun(recorder, spark, served)
+    assert [r["id"] for r in run.dataset("clean").collect()] == [1]
+    assert run.reads["clean"] == ["raw"]
+
+
+@pytest.mark.parametrize(
+    ("declare", "message"),
+    [
+        (lambda api: api.materialized_view(name="v")(lambda: _read("nope")), "no dataset of the graph"),
+        (
+            lambda api: api.materialized_view(name="v")(api.expect("broken", "label >")(lambda: _read("raw"))),
+            "does not parse",
+        ),
+        (
+            lambda api: api.materialized_view(name="v")(api.expect("unknown", "colour = 1")(lambda: _read("raw"))),
+            "does not parse or analyse",
+        ),
+        (lambda api: api.append_flow(target="elsewhere", name="f")(lambda: _read("raw")), "no dataset of the graph"),
+        (
+            lambda api: (
+                api.table(name="v")(lambda: _read("raw")),
+                api.create_auto_cdc_flow(target="v", source="raw", keys=["id"], sequence_by="seq", name="f"),
+            ),
+            "not create_streaming_table",
+        ),
+        (
+            lambda api: (
+                api.create_streaming_table("v"),
+                api.create_auto_cdc_flow(target="v", source="raw", keys=["ID", "kind"], sequence_by="seq", name="f"),
+            ),
+            "key 'kind' is not a column",
+        ),
+        (
+            lambda api: (
+                api.create_streaming_table("v"),
+                api.create_auto_cdc_flow(target="v", source="raw", keys=["id"], sequence_by="when", name="f"),
+            ),
+            "sequence_by 'when' is not a column",
+        ),
+        (
+            lambda api: (
+                api.create_streaming_table("v"),
+                api.create_auto_cdc_flow(
+                    target="v", source="raw", keys=["id"], sequence_by="seq", except_column_list=["lable"], name="f"
+                ),
+            ),
+            "except_column_list entry 'lable' is not a column",
+        ),
+        (
+            lambda api: (
+                api.create_streaming_table("v"),
+                api.create_auto_cdc_flow(target="v", source="ghost", keys=["id"], sequence_by="seq", name="f"),
+            ),
+            "no dataset of the graph",
+        ),
+    ],
+)
+def test_a_graph_lakeflow_would_refuse_fails_naming_what(spark, graph, declare, message):
+    api, recorder, served = graph
+    served = _served(api, recorder, served)
+    declare(api)
+    with pytest.raises(AssertionError, match=message):
+        GraphRun(recorder, spark, served, execute=False).run_all()
+
+
+def _read(name):
+    from cdc_medallion import dp
+
+    return dp.read(name)

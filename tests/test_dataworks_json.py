@@ -222,8 +222,8 @@ def test_truncate_is_a_schema_change_and_empties_the_table():
 def test_unknown_op_missing_sequence_and_unknown_event_time():
     unknown = one(with_op("UPSERT"))
     assert unknown["kind"] == "error" and "payload.op: unknown operation 'UPSERT'" in unknown["error"]
-    unordered = one(with_op("INSERT", sequenceId=None))
-    assert unordered["error"] == "payload.sequenceId: missing: the change cannot be ordered"
+    unsequenced = one(with_op("INSERT", sequenceId=None))  # as -1: before every sequenced change
+    assert unsequenced["kind"] == "change" and unsequenced["sequence"].startswith("-")
     full_load = one(with_op("INSERT", timestamp={"eventTime": -1, "systemTime": 1620457896977}))
     assert full_load["kind"] == "change" and full_load["event_ts"] is None  # -1 = unknown, not 1969
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from cdc_medallion.formats import get_format
+from cdc_medallion.lines import lines_of
 from tests.conftest import shared_path
 from tests.helpers import changelog_state, datasets, gold_rows, ingest, load_expected, message, parse, read_rows
 
@@ -218,7 +219,7 @@ def payload_first(line: str) -> str:
 
 @pytest.mark.parametrize("name", ENVELOPED)
 def test_envelope_schema_is_parsed_once_and_events_equal_the_full_parse(name):
-    lines = shared_path("fixtures", "debezium-json", name).read_text(encoding="utf-8").splitlines()
+    lines = lines_of(shared_path("fixtures", "debezium-json", name).read_text(encoding="utf-8"))
     lines = [line for line in lines if line.strip()]
     parser = get_format("debezium-json")("test", None)
     cached = [parser.events_for(message(line, line=i)) for i, line in enumerate(lines)]
@@ -239,7 +240,7 @@ def test_envelope_that_only_looks_splittable_is_read_whole():
     """A `"payload"` key nested in the schema, or keys after the payload, cannot be cut at the
     first `"payload"`: the full parse reads them, with the same result as the plain message."""
     path = shared_path("fixtures", "debezium-json", "apache_flink__debezium-data-schema-include.txt")
-    line = next(line for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    line = next(line for line in lines_of(path.read_text(encoding="utf-8")) if line.strip())
     document = json.loads(line)
     [plain] = parse("debezium-json", line)
     nested = dict(document, schema=dict(document["schema"], parameters={"x": 1, "payload": {"op": "d"}}))

@@ -12,13 +12,14 @@ from cdc_medallion.generator.database import ADDED_COLUMN
 from cdc_medallion.generator.history import generate_history
 from cdc_medallion.generator.renderers import render
 from cdc_medallion.layers import silver_name
+from cdc_medallion.lines import lines_of
 from cdc_medallion.storage.delta_store import STATE_DIR, DeltaStore
 from tests.helpers import land_and_parse
 
 
 def _split_feed(path: Path) -> bytes:
     """Keep the first half of a one-message-per-line feed in place; return the rest."""
-    lines = path.read_bytes().splitlines(keepends=True)
+    lines = lines_of(path.read_bytes(), keepends=True)
     half = len(lines) // 2
     path.write_bytes(b"".join(lines[:half]))
     return b"".join(lines[half:])

@@ -116,7 +116,7 @@ def test_empty_object_none_is_an_absent_column_and_null_values_type_from_mysql_c
     ("value", "text", "spark"),
     [
         (b.integer(2**63), str(2**63), "decimal(38,0)"),
-        (b.decimal("1.5", 0, 1), "1.5", "decimal(38,1)"),
+        (b.decimal("1.5", 0, 1), "1.5", "string"),  # no precision: any number of digits, exact text
         (b.floating(float("nan")), "NaN", "double"),
         (b.character("中文", "gbk"), "中文", "string"),
         (

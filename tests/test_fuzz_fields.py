@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 from cdc_medallion.formats import get_format
 from cdc_medallion.formats.json_common import json_type
 from cdc_medallion.formats.message import BronzeMessage
+from cdc_medallion.lines import lines_of
 from tests.conftest import SHARED
 from tests.helpers import message
 from tests.test_fuzz_parsers import sample_sources
@@ -137,7 +138,7 @@ OPTIONAL: dict[str, dict[tuple[Any, ...], str]] = {
         ("schema", "dataColumn", ANY): "as `dataColumn`",
         ("schema", "primaryKey"): "null primaryKey: the row-id column DataWorks adds keys the table (documented)",
         ("schema", "primaryKey", ANY): "as `primaryKey`",
-        ("payload", "sequenceId"): "only row changes need it (quarantined without); others order by landing",
+        ("payload", "sequenceId"): "absent (or -1): the change sorts before sequenced ones, by systemTime (documented)",
         ("payload", "timestamp"): "eventTime is informational (event_ts); -1 or absent is unknown (documented)",
         ("payload", "timestamp", "eventTime"): "as `timestamp`",
         ("payload", "ddl"): "a DDL's text is carried when DataWorks gives it",
@@ -178,6 +179,21 @@ IDENTIFIERS: dict[str, set[tuple[Any, ...]]] = {
 }
 # Values a format documents as "absent".
 ABSENT_VALUES = {("dataworks-json", ("payload", "timestamp", "eventTime")): -1}  # -1: unknown (full load)
+# Order fields: a negative number there is a writer's "none" marker (DataWorks' sequenceId -1), read
+# as the field absent, so the next order field decides (docs/values.md, "Order fields").
+_DEBEZIUM_ORDER = ("lsn", "file", "pos", "row", "scn", "commit_lsn", "change_lsn", "event_serial_no", "ts_ms")
+ORDER_FIELDS: dict[str, set[tuple[Any, ...]]] = {
+    "canal-json": {("es",), ("id",)},
+    "maxwell-json": {("ts",), ("ts_ms",), ("xid",), ("xoffset",)},
+    "ogg-json": {("pos",)},
+    "aws-dms-json": {("metadata", "transaction-record-id")},
+    "shareplex-json": {("meta", "scn"), ("meta", "seq")},
+    "debezium-json": {
+        *((*base, "source", f) for base in ((), ("payload",)) for f in _DEBEZIUM_ORDER),
+        *((*base, "ts_ms") for base in ((), ("payload",))),
+    },
+    "dataworks-json": {("payload", "sequenceId")},
+}
 # Members copied verbatim into an event's `detail` and read by nothing else: changing them changes
 # only that copy.
 VERBATIM: dict[str, set[tuple[Any, ...]]] = {
@@ -342,7 +358,7 @@ def _raw_seeds(fmt: str) -> Iterator[tuple[dict[str, Any], bytes]]:
                 continue
             text = path.read_text(encoding="utf-8")
             # A .json fixture is one (pretty-printed) message; bare Qlik messages name no table.
-            lines = [text] if path.suffix == ".json" else text.splitlines()
+            lines = [text] if path.suffix == ".json" else lines_of(text)
             for line in lines:
                 if line.strip() and not line.startswith("#"):
                     yield ({"table": "fixture"} if fmt == "qlik-json" else {}), line.encode()
@@ -423,7 +439,16 @@ def _optional(fmt: str, path: tuple[Any, ...], replacement: Any) -> bool:
     absent = replacement is DROP or any(_same(replacement, empty) for empty in (None, "", [], {}))
     absent = absent or _same(replacement, ABSENT_VALUES.get((fmt, path)))
     absent = absent or (fmt, path, json_type(replacement)) in OTHER_TYPES
+    if path in ORDER_FIELDS.get(fmt, ()) and _negative(replacement):
+        return True  # read as absent: the next order field orders the change (documented)
     return absent and any(_matches(pattern, path) for pattern in OPTIONAL[fmt])
+
+
+def _negative(value: Any) -> bool:
+    """A negative whole number, as a JSON number or as digits."""
+    if type(value) is int:
+        return value < 0
+    return isinstance(value, str) and re.fullmatch(r"-[0-9]+", value.strip()) is not None
 
 
 def _matches(pattern: tuple[Any, ...], path: tuple[Any, ...]) -> bool:

@@ -26,6 +26,7 @@ from cdc_medallion.generator.output import generate
 from cdc_medallion.generator.renderers import RENDERERS
 from cdc_medallion.generator.renderers._json_common import walk
 from cdc_medallion.generator.renderers.debezium_json import render as render_debezium
+from cdc_medallion.lines import lines_of
 from cdc_medallion.sources.kafka_dump import unpack_line
 
 
@@ -103,7 +104,7 @@ def test_a_streamed_incremental_input_splits_where_the_whole_rendering_does(tmp_
     for side, info in zip(("streamed", "whole"), recorded, strict=True):
         assert info.pop("path") == str(tmp_path / side / "input" / "debezium.jsonl")
     assert recorded[0] == recorded[1]
-    assert len((tmp_path / "whole" / "input" / "debezium.jsonl").read_bytes().splitlines()) == SMALL_TABLE + 50
+    assert len(lines_of((tmp_path / "whole" / "input" / "debezium.jsonl").read_bytes())) == SMALL_TABLE + 50
     assert (tmp_path / "whole" / "increment.bin").stat().st_size > 0
 
 
@@ -137,7 +138,7 @@ def test_the_conf_generate_writes_reads_every_message_it_rendered(fmt: str, tmp_
     [source] = load_conf(tmp_path / "conf.yml").sources
     parser = get_format(source.format)(source.name, source.options)
     messages = []
-    for number, line in enumerate(rendered.path.read_bytes().splitlines(), start=1):
+    for number, line in enumerate(lines_of(rendered.path.read_bytes()), start=1):
         row = unpack_line(line, None)
         assert row["_landing_error"] is None, row["_landing_error"]
         fields = {k: row[k] for k in ("key", "value", "topic", "partition", "offset", "timestamp")}

@@ -6,6 +6,7 @@ does not read (type widening) is read by Spark."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from cdc_medallion.catalog import dataset_status, first_rows, read_dataset
 from cdc_medallion.cli import _jsonable
+from cdc_medallion.lines import lines_of
 from cdc_medallion.quality.report import table_state_from_storage
 from cdc_medallion.storage import delta_rs
 from cdc_medallion.storage.delta_store import DeltaStore
@@ -115,7 +117,7 @@ def storage(spark, tmp_path_factory) -> Path:
     column-mapped table with deleted rows."""
     folder = tmp_path_factory.mktemp("jvm-free")
     root, messages = folder / "storage", folder / "shop.jsonl"
-    lines = SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = lines_of(SAMPLE.read_text(encoding="utf-8"), keepends=True)
     with deletion_vectors(spark):
         for part in (lines[:120], lines[120:]):
             with messages.open("a", encoding="utf-8") as out:
@@ -198,7 +200,7 @@ def test_show_prints_the_first_rows_in_spark_order(spark, storage):
     result = cli_without_jvm("show", "gold_customers_history", "--storage", str(storage), "--limit", "7")
     assert result.returncode == 0, result.stderr[-3000:]
     expected = spark_show(spark, storage, "gold_customers_history", 7)
-    assert result.stdout.splitlines() == [json.dumps(row, ensure_ascii=False) for row in expected]
+    assert lines_of(result.stdout) == [json.dumps(row, ensure_ascii=False) for row in expected]
 
 
 def test_show_of_an_unknown_dataset_lists_the_datasets(storage):
@@ -239,3 +241,191 @@ def test_a_table_delta_rs_does_not_read_is_read_by_spark(spark, tmp_path):
         shown = [_jsonable(r) for r in first_rows(store.root, WIDENED, 100)]
     assert shown == spark_show(spark, store.root, WIDENED, 100)
     assert [r["id"] for r in shown] == [0, 1, 2, 5, 6, 7, 8, 9, 2**40]
+
+
+# --- dates and timestamps in years 1-9999 ---------------------------------------------------------
+#: As sent, in the order of their ids: the first and last day, a year pyarrow's nanoseconds do not
+#: reach, a day in the Julian/Gregorian gap, and the edges of the nanosecond range.
+DATES = ["0001-01-01", "1000-01-01", "1582-10-10", "1677-09-21", "2262-04-12", "9999-12-31"]
+TIMES = [
+    "0001-01-01 00:00:00",
+    "1000-01-01 00:00:00",
+    "1582-10-10 12:00:00",
+    "1677-09-21 00:12:43.145224",
+    "2262-04-12 23:47:16.854776",
+    "9999-12-31 23:59:59.999999",
+]
+MOMENT_COLUMNS = {"moments": "id:int,d:date,t:timestamp,n:timestamp_ntz,k:int"}
+TEXT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def moment(op: str, lsn: int, row: dict[str, Any]) -> str:
+    message = {"op": op, "ts_ms": 1_700_000_000_000 + lsn, "source": {"table": "moments", "lsn": lsn}}
+    return json.dumps({**message, "before": None, "after": row}) + "\n"
+
+
+@pytest.fixture(scope="module")
+def extremes(spark, tmp_path_factory) -> Path:
+    """Gold typed from the extremes in two runs (the second MERGEs an update of each row), and
+    a change quarantined by `values_cast` that carries them too, so the report samples them."""
+    folder = tmp_path_factory.mktemp("extremes")
+    feed, root = folder / "moments.jsonl", folder / "storage"
+    rows = [{"id": i, "d": d, "t": t, "n": t, "k": i} for i, (d, t) in enumerate(zip(DATES, TIMES, strict=True))]
+    feed.write_text("".join(moment("c", 10 + r["id"], r) for r in rows), encoding="utf-8")
+    ingest(spark, "debezium-json", feed, root, keys={"moments": "id"}, columns=MOMENT_COLUMNS, layout="json-lines")
+    later = [moment("u", 100 + r["id"], {**r, "k": 100 + r["id"]}) for r in rows]
+    later.append(moment("u", 200, {**rows[0], "k": "not a number"}))
+    with feed.open("a", encoding="utf-8") as out:
+        out.write("".join(later))
+    ingest(spark, "debezium-json", feed, root, keys={"moments": "id"}, columns=MOMENT_COLUMNS, layout="json-lines")
+    return root
+
+
+@contextmanager
+def spark_setting(spark: Any, key: str, value: str) -> Iterator[None]:
+    before = spark.conf.get(key)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
+
+
+def session_time_zone(spark: Any, zone: str) -> Any:
+    return spark_setting(spark, "spark.sql.session.timeZone", zone)
+
+
+def parquet_timestamps(spark: Any, kind: str) -> Any:
+    """Spark's Parquet timestamp type in the block (INT96: what storage written before had)."""
+    return spark_setting(spark, "spark.sql.parquet.outputTimestampType", kind)
+
+
+def spark_text(spark: Any, df: Any, limit: int) -> list[dict[str, Any]]:
+    """What `show` must print, from Spark's own values, never through Python's datetime (whose
+    `fromtimestamp`, which Spark's `collect` uses, fails on the first day of year 1): dates and
+    timestamps as Spark's JVM formats them in the CLI's local time, with microseconds; a TIMESTAMP
+    whose local time lies outside years 1-9999 as its UTC instant (`show`'s rule)."""
+    kinds = {f.name: f.dataType.typeName() for f in df.schema.fields}
+    timed = [name for name, kind in kinds.items() if kind in ("date", "timestamp", "timestamp_ntz")]
+    ordered = [name for name, kind in kinds.items() if kind not in ("map", "array", "struct", "binary")]
+    picked = []
+    for name, kind in kinds.items():
+        column = F.col(f"`{name}`")
+        if kind == "date":
+            picked.append(F.date_format(column, "yyyy-MM-dd").alias(name))
+        elif kind in ("timestamp", "timestamp_ntz"):
+            picked += [F.date_format(column, TEXT).alias(name), F.year(column).alias(f"{name}__year")]
+            if kind == "timestamp":
+                picked.append(F.unix_micros(column).alias(f"{name}__micros"))
+        else:
+            picked.append(column.alias(name))
+    with session_time_zone(spark, LOCAL_TIME):
+        rows = [r.asDict(recursive=True) for r in df.orderBy(*ordered).limit(limit).select(*picked).collect()]
+    shown = []
+    for row in rows:
+        for name in timed:
+            year, micros = row.pop(f"{name}__year", None), row.pop(f"{name}__micros", None)
+            if micros is not None and not 1 <= year <= 9999:
+                row[name] = (EPOCH + dt.timedelta(microseconds=micros)).isoformat(timespec="microseconds")
+        shown.append({k: v if k in timed else _jsonable(v) for k, v in row.items()})
+    return shown
+
+
+def as_text(row: dict[str, Any], kinds: dict[str, str]) -> dict[str, Any]:
+    """A row `show` printed, its timestamps with microseconds as `spark_text` gives them."""
+    out = dict(row)
+    for name, kind in kinds.items():
+        if kind in ("timestamp", "timestamp_ntz") and out[name] is not None:
+            out[name] = dt.datetime.fromisoformat(out[name]).isoformat(timespec="microseconds")
+    return out
+
+
+def test_new_files_hold_timestamps_as_microseconds(extremes):
+    """Spark's default, INT96, is nanoseconds to readers that follow the Parquet spec (delta-rs,
+    pyarrow), which cannot hold a year before 1677 or after 2262: Delta's writer, appends and
+    MERGEs alike, writes INT64 microseconds (`spark.py`)."""
+    import pyarrow.parquet as pq
+
+    checked = 0
+    for entry in dataset_status(extremes):
+        for uri in delta_rs.open_table(entry["path"]).file_uris():
+            schema = pq.ParquetFile(uri.removeprefix("file://")).metadata.schema
+            for i in range(len(schema)):
+                column = schema.column(i)
+                assert column.physical_type != "INT96", (entry["name"], column.path)
+                checked += column.logical_type.type == "TIMESTAMP"
+    assert checked > 10
+
+
+def test_show_gives_spark_values_on_the_extremes(spark, extremes):
+    """Every dataset, every row: dates and timestamps from year 1 to 9999 as Spark reads them."""
+    names = [e["name"] for e in dataset_status(extremes)]
+    result = subprocess.run(
+        [sys.executable, "-c", SHOW_EVERY_DATASET, str(extremes), *names],
+        env=no_java_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    shown = json.loads(result.stdout)
+    gold = read_dataset(spark, extremes, "gold_moments")
+    assert gold.count() == len(DATES)
+    for name in names:
+        df = read_dataset(spark, extremes, name)
+        kinds = {f.name: f.dataType.typeName() for f in df.schema.fields}
+        assert [as_text(row, kinds) for row in shown[name]] == spark_text(spark, df, 100000), name
+    last = next(r for r in shown["gold_moments"] if r["id"] == len(DATES) - 1)
+    assert (last["d"], last["n"]) == ("9999-12-31", "9999-12-31T23:59:59.999999")
+    assert last["t"] == "9999-12-31T23:59:59.999999+00:00"  # 10000-01-01 in local time: the instant
+
+
+def test_status_and_the_report_on_the_extremes(spark, extremes, tmp_path):
+    result = cli_without_jvm("status", "--storage", str(extremes), "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    counted = {e["name"]: e["rows"] for e in json.loads(result.stdout)}
+    assert counted == {name: read_dataset(spark, extremes, name).count() for name in counted}
+    result = cli_without_jvm("report", "--storage", str(extremes), "--output", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    without_jvm, with_spark = table_state_from_storage(extremes), table_state_from_storage(extremes, spark)
+    assert dataclasses.replace(without_jvm, as_of=with_spark.as_of) == with_spark
+    [sample] = [s for r in with_spark.quarantine if r.dataset == "changes_moments_quarantine" for s in r.samples]
+    assert '"d": "0001-01-01", "t": "0001-01-01 00:00:00"' in sample["raw"]  # this process's local time: UTC
+
+
+def test_int96_files_of_an_older_storage_read_as_spark_reads_them(spark, tmp_path):
+    """A table written before Spark wrote microseconds holds INT96 files: delta-rs reads them
+    as microseconds too (`delta_rs.INT96_AS`), beside newer INT64 ones."""
+    store = DeltaStore(tmp_path / "storage", spark)
+    moments = spark.createDataFrame(
+        [(i, d, t) for i, (d, t) in enumerate(zip(DATES, TIMES, strict=True))], "id int, d string, t string"
+    ).selectExpr("id", "CAST(d AS date) AS d", "CAST(t AS timestamp) AS t", "CAST(t AS timestamp_ntz) AS n")
+    with parquet_timestamps(spark, "INT96"):
+        store.append("silver_old", moments, None, {"layer": "silver"})
+    store.append("silver_old", moments.selectExpr("id + 10 AS id", "d", "t", "n"), None)
+    path = store.path("silver_old")
+    assert delta_rs.readable_without_jvm(path)
+    with local_time(LOCAL_TIME):
+        shown = [_jsonable(r) for r in first_rows(store.root, "silver_old", 100)]
+    df = read_dataset(spark, store.root, "silver_old")
+    kinds = {f.name: f.dataType.typeName() for f in df.schema.fields}
+    assert [as_text(r, kinds) for r in shown] == spark_text(spark, df, 100)
+
+
+def test_heartbeat_lag_on_the_extremes_without_a_jvm_and_with_spark(spark, tmp_path):
+    """The report's latest heartbeat per source, read both ways, from heartbeats in year 1 and 9999."""
+    from cdc_medallion.quality import arrow_facts, report
+
+    store = DeltaStore(tmp_path / "storage", spark)
+    beats = spark.createDataFrame(
+        [("a", TIMES[0], "2026-01-01 00:00:00"), ("b", TIMES[-1], TIMES[-1]), ("b", TIMES[2], "2026-01-01 00:00:00")],
+        "source_name string, event_ts string, ingest_ts string",
+    ).selectExpr("source_name", "CAST(event_ts AS timestamp) AS event_ts", "CAST(ingest_ts AS timestamp) AS ingest_ts")
+    store.append("silver_heartbeats", beats, None, {"layer": "silver"})
+    with local_time(LOCAL_TIME):
+        without_jvm = arrow_facts.heartbeat_lag(Path(store.path("silver_heartbeats")))
+        with_spark = report.heartbeat_lag(store.read("silver_heartbeats"))
+    assert without_jvm == with_spark
+    assert [(h.source, h.count, h.latest_lag_seconds) for h in with_spark] == [("a", 1, 63902822400.0), ("b", 2, 0.0)]
+    assert with_spark[1].latest_event == dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC)  # see local_time

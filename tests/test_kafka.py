@@ -14,6 +14,7 @@ partition and offset, and changes nothing in gold.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,13 @@ from cdc_medallion.layers import bronze_name, silver_name
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.sources.kafka_settings import KafkaSettings
 from tests.helpers import gold_of, land_and_parse, read_rows, rendered_pipeline, source_of
-from tests.kafka_feed import ORIGIN_HEADER, has, produce, records, ref_of, rows
+from tests.kafka_feed import ORIGIN_HEADER, has, path_of, produce, records, ref_of, rows
 
 pytestmark = pytest.mark.xdist_group("kafka")
 
 PARTITIONS = 3
+# Messages a bronze micro-batch reads at most: each source's backlog takes several batches.
+PER_TRIGGER = 16
 # One table: a run's cost follows its tables, and the formats' own tests cover many.
 HISTORY = generate_history(tables=1, transactions=10, seed=42)
 
@@ -50,7 +53,11 @@ def kafka_conf(conf: PipelineConf, storage: Path, bootstrap_servers: str, topics
             update={
                 "input": None,
                 "topic": None,
-                "kafka": KafkaSettings(bootstrap_servers=bootstrap_servers, subscribe=",".join(topics[s.name])),
+                "kafka": KafkaSettings(
+                    bootstrap_servers=bootstrap_servers,
+                    subscribe=",".join(topics[s.name]),
+                    max_offsets_per_trigger=PER_TRIGGER,
+                ),
             }
         )
         for s in conf.sources
@@ -140,6 +147,35 @@ def test_bronze_holds_each_produced_record_once_in_partition_order(runs):
         assert [row["offset"] for row in held] == list(range(len(held))), (topic, partition)
         origins = [o for o in map(_origin, held) if o is not None]
         assert origins == sorted(origins), f"{topic}/{partition} keeps the file's order"
+
+
+def _rows_per_commit(table: Path) -> list[int]:
+    """Rows each commit of a Delta table added (a micro-batch of bronze is one commit)."""
+    added = []
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in commit.read_text(encoding="utf-8").splitlines() if line]
+        rows = sum(json.loads(a["add"]["stats"])["numRecords"] for a in actions if "add" in a)
+        if rows:
+            added.append(rows)
+    return added
+
+
+def test_the_backlog_lands_in_bounded_batches(runs):
+    """`max_offsets_per_trigger` holds under a run's availableNow trigger: each topic's backlog
+    lands in several micro-batches of at most the bound (Spark shares it out over the partitions
+    by backlog and gives each partition with one at least one message, so a batch may exceed it
+    by one per partition), and every record once (test_bronze_holds_each_produced_record_once...)."""
+    storage = runs["kafka"].storage
+    batches = {}
+    for source in runs["kafka"].sources:
+        sizes = _rows_per_commit(Path(path_of(storage, bronze_name(source.name))))
+        topics = {r["topic"] for r in runs["produced"][source.name]}
+        produced = len(runs["produced"][source.name]) + sum(1 for f in runs["faults"] if f["topic"] in topics)
+        assert sum(sizes) == produced, (source.name, sizes)
+        assert max(sizes) <= PER_TRIGGER + PARTITIONS * len(topics), (source.name, sizes)
+        batches[source.name] = sizes
+    several = [name for name, sizes in batches.items() if len(sizes) >= 3]
+    assert len(several) >= len(batches) // 2, f"the bound made few batches: {batches}"
 
 
 def _is_utf8(value: bytes) -> bool:

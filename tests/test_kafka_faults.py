@@ -26,6 +26,7 @@ import pytest
 from cdc_medallion.catalog import dataset_status, read_dataset
 from cdc_medallion.config import load_conf
 from cdc_medallion.layers import bronze_name, silver_name
+from cdc_medallion.lines import lines_of
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.quality.accounting import account_source
 from cdc_medallion.sources.kafka_dump import unpack_line
@@ -42,7 +43,7 @@ PER_BATCH = 60
 def sample_records() -> list[dict]:
     """The sample's messages as Debezium produces them: per-table topics, keyed, hashed to partitions."""
     records = []
-    for line_no, line in enumerate(SAMPLE.read_bytes().splitlines()):
+    for line_no, line in enumerate(lines_of(SAMPLE.read_bytes())):
         record = unpack_line(line, None)
         key, value = record["key"], record["value"]
         topic = PREFIX + (record["topic"] or "shop.unreadable")

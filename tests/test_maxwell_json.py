@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from cdc_medallion.lines import lines_of
 from tests.cdc_fixture_checks import (
     assert_gold_matches_changelog,
     assert_gold_matches_table,
@@ -45,7 +46,7 @@ def test_inline_cases():
 
 # --- details ----------------------------------------------------------------------------------
 def lines() -> list[str]:
-    return shared_path("fixtures", FAMILY, "apache_flink__maxwell-data.txt").read_text(encoding="utf-8").splitlines()
+    return lines_of(shared_path("fixtures", FAMILY, "apache_flink__maxwell-data.txt").read_text(encoding="utf-8"))
 
 
 def test_update_before_image_is_data_with_old_values():

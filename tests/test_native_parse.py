@@ -13,6 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import functions as F
 
 from cdc_medallion.formats import get_format
@@ -20,6 +21,7 @@ from cdc_medallion.formats.debezium_native import CHECKS, failed_checks, native_
 from cdc_medallion.generator.chaos import malform, redeliver
 from cdc_medallion.generator.history import generate_history
 from cdc_medallion.generator.output import generate
+from cdc_medallion.lines import lines_of
 from cdc_medallion.model import BRONZE_SCHEMA
 from tests.conftest import shared_path
 from tests.test_debezium_json import repaired, seed_examples
@@ -55,7 +57,7 @@ def generated_records(folder: Path) -> list[dict[str, Any]]:
     """A generated Debezium history, redelivered, with garbage messages among it."""
     history = generate_history(tables=3, transactions=60, seed=11)
     [rendered] = generate(history, ["debezium-json"], folder)
-    lines = rendered.path.read_text(encoding="utf-8").splitlines()
+    lines = lines_of(rendered.path.read_text(encoding="utf-8"))
     rnd = random.Random(5)
     lines, _ = malform(redeliver(lines, rnd), rnd, rate=0.03)
     records = []
@@ -73,7 +75,7 @@ def fixture_records() -> list[dict[str, Any]]:
     records += [{"value": repaired(example)} for example in seed_examples()]
     for folder in ("debezium-json", "kafka-connect-json"):
         for path in sorted(shared_path("fixtures", folder).glob("*.txt")):
-            records += [{"value": line} for line in path.read_text(encoding="utf-8").splitlines()]
+            records += [{"value": line} for line in lines_of(path.read_text(encoding="utf-8"))]
     return records
 
 
@@ -226,3 +228,32 @@ def test_a_pipeline_with_the_native_parse_gives_the_fixture_s_expected_gold(spar
     assert len(gold_rows(spark, storage, "products", 2)) == versions
     silver = read_rows(spark, storage, "silver_debezium_json")
     assert len(silver) == 16 and {r["kind"] for r in silver} == {"change"}
+
+
+@pytest.mark.parametrize("partial_results", ["true", "false"])
+def test_the_native_parse_is_as_strict_whatever_the_json_partial_results_setting(spark, partial_results):
+    """A member of the wrong JSON type sends its message to Python under either setting of
+    `spark.sql.json.enablePartialResults` (on Spark Connect a query function may set none, so the
+    parse cannot choose it): `from_json`'s corrupt-record column marks the message either way."""
+    record = envelope_insert()
+    document = json.loads(record["value"])
+    payload = document["payload"]
+    wrong_types = [
+        {**payload, "after": "x"},
+        {**payload, "source": [1]},
+        {**payload, "before": [1], "op": "u"},
+        {**payload, "source": {**payload["source"], "lsn": {"a": 1}}},
+    ]
+    records = [{"value": json.dumps({**document, "payload": bent})} for bent in wrong_types]
+    records += variants(record)
+    key = "spark.sql.json.enablePartialResults"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, partial_results)
+    try:
+        parser = get_format("debezium-json")("test", {"native_parse": True})
+        bronze = spark.createDataFrame(bronze_rows(records), BRONZE_SCHEMA)
+        taken = [row["_native"] is not None for row in native_events(parser, bronze).orderBy("offset").collect()]
+        assert taken[: len(wrong_types)] == [False] * len(wrong_types)
+        assert differences(events_by_message(spark, records, True), events_by_message(spark, records, False)) == []
+    finally:
+        spark.conf.unset(key) if before is None else spark.conf.set(key, before)

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from cdc_medallion.lines import lines_of
 from tests.cdc_fixture_checks import (
     assert_gold_matches_changelog,
     assert_gold_matches_table,
@@ -20,7 +21,7 @@ FAMILY = "ogg-json"
 
 
 def fixture_lines() -> list[str]:
-    return shared_path("fixtures", FAMILY, "apache_flink__ogg-data.txt").read_text(encoding="utf-8").splitlines()
+    return lines_of(shared_path("fixtures", FAMILY, "apache_flink__ogg-data.txt").read_text(encoding="utf-8"))
 
 
 def test_flink_fixture_gold_matches_expected_changelog(spark, storage):

@@ -18,6 +18,7 @@ import pytest
 from cdc_medallion.adhoc import adhoc_conf
 from cdc_medallion.config import load_conf
 from cdc_medallion.generator.drill import INTERPRETED
+from cdc_medallion.lines import lines_of
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.samples import expected_state
 from tests.conftest import REPO
@@ -86,7 +87,7 @@ def test_sample_gold_equals_ground_truth(spark, sample_run):
     _, storage, _ = sample_run
     assert_gold_is_ground_truth(spark, storage)
     counts = datasets(storage)
-    assert counts["bronze_shop"]["rows"] == len(SAMPLE.read_bytes().splitlines())
+    assert counts["bronze_shop"]["rows"] == len(lines_of(SAMPLE.read_bytes()))
     for table in KEYS:
         assert counts[f"gold_{table}"]["layer"] == "gold"
         assert counts[f"gold_{table}"]["scd_type"] == 1 and counts[f"gold_{table}_history"]["scd_type"] == 2
@@ -180,7 +181,7 @@ def test_killed_between_commits_then_rerun(spark, tmp_path):
     run_pipeline(load_conf(conf), spark=spark)  # the next run: in this process, as any run
     assert_gold_is_ground_truth(spark, storage)
     counts = datasets(storage)
-    assert counts["bronze_shop"]["rows"] == len(SAMPLE.read_bytes().splitlines())
+    assert counts["bronze_shop"]["rows"] == len(lines_of(SAMPLE.read_bytes()))
     assert counts["silver_shop_quarantine"]["rows"] == 4
     assert counts["silver_shop"]["rows"] + 4 == counts["bronze_shop"]["rows"]
 
@@ -283,7 +284,7 @@ def expectation_counts(spark, storage: Path, dataset: str) -> dict[str, tuple[in
 def test_same_input_in_different_batchings_gives_identical_gold(spark, sample_run, tmp_path):
     """The sample in several files and micro-batches gives the gold of the shared one-batch run."""
     conf, storage, _ = sample_run
-    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
+    lines = lines_of(SAMPLE.read_text(encoding="utf-8"))
     pieces = tmp_path / "pieces"
     pieces.mkdir()
     for index in range(0, len(lines), 97):  # several files

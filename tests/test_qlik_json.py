@@ -16,6 +16,7 @@ from cdc_medallion.config import load_conf
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats import get_format, masks
 from cdc_medallion.formats.masks import MaskError, decode_mask
+from cdc_medallion.lines import lines_of
 from cdc_medallion.model import EVENT_SCHEMA
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.quality.rules import load_rules
@@ -419,7 +420,7 @@ def test_a_batch_is_parsed_on_every_core_and_each_data_message_finds_its_metadat
     from cdc_medallion.sources.files import FileLanding
 
     rendered = render(generate_history(tables=3, transactions=40, seed=5), "qlik-json", tmp_path / "input")
-    lines = rendered.path.read_text(encoding="utf-8").splitlines()
+    lines = lines_of(rendered.path.read_text(encoding="utf-8"))
     first_metadata = json.loads(lines[0])["value"]
     late_metadata = json.loads(fixture(METADATA))
     late_metadata["messageSchemaId"] = late_metadata["message"]["schemaId"] = "LATER"

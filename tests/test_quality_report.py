@@ -21,7 +21,7 @@ from cdc_medallion.formats import format_names
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.quality import arrow_facts
 from cdc_medallion.quality.accounting import SourceAccounting
-from cdc_medallion.quality.events import Check, DatasetRun, ExpectationRun, Update, read_event_log
+from cdc_medallion.quality.events import Check, DatasetRun, ExpectationRun, StaleKeys, Update, read_event_log
 from cdc_medallion.quality.report import (
     HeartbeatLag,
     QuarantineReason,
@@ -296,7 +296,8 @@ def test_every_value_from_the_data_is_escaped_on_every_page():
     data: markup in any of them shows as text, and an attribute holding quotes keeps its whole value."""
     table = f"silver_{MARKUP}"
     update = Update("0123456789abcdef", dt.datetime(2026, 1, 5, 9, 0), state="FAILED")
-    update.datasets = {table: DatasetRun(table, 3, 1, 1)}
+    gold = f"gold_{MARKUP}"
+    update.datasets = {table: DatasetRun(table, 3, 1, 1), gold: DatasetRun(gold, stale=StaleKeys(2, 1, (MARKUP,)))}
     update.expectations = {(table, MARKUP): ExpectationRun(table, MARKUP, 2, 1)}
     update.checks = [
         Check("great_expectations", table, MARKUP, False, observed=MARKUP, expected=MARKUP, description=MARKUP)
@@ -326,6 +327,7 @@ def test_every_value_from_the_data_is_escaped_on_every_page():
         described = [a for tag, a in page.found if tag == "td" and a.get("title") == MARKUP]
         assert len(described) == 1, name  # the check, its description in a title attribute
         assert page.one("accounting", source=MARKUP)["data-balanced"] == "false"
+        assert page.one("stale", dataset=gold)["data-stale-keys"] == "2"
     index = elements(pages["index.html"])
     assert index.one("reason", dataset=f"{table}_quarantine", rule=MARKUP)["data-count"] == "1"
     assert index.one("held", source=MARKUP, ref=MARKUP)

@@ -11,6 +11,7 @@ from delta.tables import DeltaTable
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from cdc_medallion.errors import ConcurrentRunError, IdentifierError, SchemaMismatch
+from cdc_medallion.lines import lines_of
 from cdc_medallion.runner.local import StorageLock
 from cdc_medallion.storage.delta_store import DELETION_VECTORS_DEFAULT, DeltaStore, Txn, starts_like_its_snapshot
 from tests.helpers import datasets, gold_name, gold_rows, ingest, parse, read_rows
@@ -143,7 +144,7 @@ def test_every_commit_is_delta_sparks_and_our_metadata_is_table_properties(spark
     engines = [
         json.loads(line)["commitInfo"]["engineInfo"]
         for commit in sorted((store.path("gold_t") / "_delta_log").glob("*.json"))
-        for line in commit.read_text().splitlines()
+        for line in lines_of(commit.read_text(encoding="utf-8"))
         if '"commitInfo"' in line
     ]
     assert len(engines) == 2 and all("Delta-Lake/" in engine for engine in engines)
@@ -166,7 +167,7 @@ def test_gold_merges_mark_replaced_rows_with_deletion_vectors_unless_the_session
     assert store.properties("gold_t")["delta.enableDeletionVectors"] == "true"
     adds = [
         json.loads(line)["add"]
-        for line in (store.path("gold_t") / "_delta_log" / f"{2:020d}.json").read_text().splitlines()
+        for line in lines_of((store.path("gold_t") / "_delta_log" / f"{2:020d}.json").read_text(encoding="utf-8"))
         if '"add"' in line
     ]
     assert any(add.get("deletionVector") for add in adds)  # the 100-row file stays, one row marked

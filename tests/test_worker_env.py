@@ -3,8 +3,10 @@
 The bundle installs the project's wheel into the pipeline's environment, on top of the runtime's
 own pyspark, pyarrow, pandas and numpy; nothing of the `local` extra (delta-spark, deltalake,
 GX) is there. This test builds that environment: a venv without system site packages, holding
-the `spark` extra and the core dependencies of pyproject.toml (cached under
-`~/.cache/cdc-medallion/`, rebuilt when a pin changes), plus the wheel built from this checkout.
+the `spark` extra at constraints.txt's pins (the runtime's own packages) and the core
+dependencies of pyproject.toml at their floors, the oldest versions the wheel admits and so the
+oldest a runtime's own may be (cached under `~/.cache/cdc-medallion/`, rebuilt when a range or a
+pin changes), plus the wheel the bundle's build script builds from this checkout.
 `tests/worker_parse.py` runs there, driver and Python workers alike (PYSPARK_PYTHON), over every
 embedded sample and a generated history of each format without one. A parser that imported an
 undeclared package fails the Spark job, or quarantines its messages naming the ImportError.
@@ -25,11 +27,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from cdc_medallion.config import load_conf
 from cdc_medallion.formats import format_names, get_format
 from cdc_medallion.generator.history import generate_history
 from cdc_medallion.generator.output import generate
+from cdc_medallion.lines import lines_of
+from tests.test_pins import locked
 
 pytestmark = pytest.mark.slow
 
@@ -41,10 +47,19 @@ LOCAL_ONLY = ("deltalake", "delta", "great_expectations")  # the `local` extra's
 
 
 def worker_requirements() -> list[str]:
-    """The core dependencies and the runtime's own packages (the `spark` extra)."""
+    """The core dependencies at their floors and the runtime's own packages (the `spark` extra)
+    at their pins; what those need, pip resolves."""
     with (REPO / "pyproject.toml").open("rb") as file:
         project = tomllib.load(file)["project"]
-    return [*project["dependencies"], *project["optional-dependencies"]["spark"]]
+    pins = locked()
+    floors = [f"{r.name}=={_floor(r)}" for r in map(Requirement, project["dependencies"])]
+    runtime = [Requirement(text) for text in project["optional-dependencies"]["spark"]]
+    return [*floors, *(f"{r.name}=={pins[canonicalize_name(r.name)]}" for r in runtime)]
+
+
+def _floor(requirement: Requirement) -> str:
+    (floor,) = [s.version for s in requirement.specifier if s.operator == ">="]  # test_pins: each has one
+    return floor
 
 
 def lean_python() -> Path:
@@ -72,17 +87,10 @@ def lean_python() -> Path:
 
 
 def project_wheel(out: Path) -> Path:
-    """This checkout's wheel, unpacked into `out` (a pure-Python wheel installs by unpacking).
-
-    Built from a copy of what the wheel is made of: an in-tree build would leave `build/` in the
-    checkout, whose stale files later builds would pack."""
-    project = out / "project"
-    shutil.copytree(REPO / "cdc_medallion", project / "cdc_medallion", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, project / name)
+    """This checkout's wheel, built as the bundle builds it (pipelines/build_wheel.py: out of
+    tree), unpacked into `out` (a pure-Python wheel installs by unpacking)."""
     dist = out / "dist"
-    pip = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"]
-    subprocess.run([*pip, "--wheel-dir", str(dist), str(project)], check=True, cwd=out)
+    subprocess.run([sys.executable, str(REPO / "pipelines" / "build_wheel.py"), str(dist)], check=True, cwd=out)
     (wheel,) = dist.glob("cdc_medallion-*.whl")
     site = out / "site"
     with zipfile.ZipFile(wheel) as archive:
@@ -111,7 +119,7 @@ def test_every_format_parses_on_workers_with_only_the_core(tmp_path):
         [str(python), script, *map(str, confs)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=540
     )
     assert run.returncode == 0, run.stderr[-4000:]
-    lean = json.loads(run.stdout.strip().splitlines()[-1])
+    lean = json.loads(lines_of(run.stdout.strip())[-1])
 
     formats = {s.name: s.format for path in confs for s in load_conf(path).sources}
     assert set(formats.values()) == set(shipped_formats()) and sorted(lean) == sorted(formats)

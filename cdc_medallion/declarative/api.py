@@ -268,7 +268,13 @@ def create_auto_cdc_flow(
     once: bool = False,
     present_columns_column: str | None = None,
 ) -> None:
-    """Apply the change feed `source` to `target` as an SCD type 1 or 2 table (DLT semantics)."""
+    """Apply the change feed `source` to `target` as an SCD type 1 or 2 table (DLT semantics).
+
+    `present_columns_column` (our extension) names an array column listing the columns each
+    event carries: a column absent from it keeps its value, an explicit NULL is a NULL.
+    `ignore_null_updates` (Databricks') keeps the value wherever an update holds a NULL. They
+    answer the same question two ways, so a flow takes one of them.
+    """
     scd = int(stored_as_scd_type)
     if scd not in (1, 2):
         raise GraphError(f"stored_as_scd_type must be 1 or 2, got {stored_as_scd_type!r} (flow into {target})")
@@ -276,6 +282,11 @@ def create_auto_cdc_flow(
         raise GraphError(f"auto CDC flow into {target}: give column_list or except_column_list, not both")
     if not keys:
         raise GraphError(f"auto CDC flow into {target}: keys must not be empty")
+    if ignore_null_updates and present_columns_column is not None:
+        raise GraphError(
+            f"auto CDC flow into {target}: give present_columns_column or ignore_null_updates, not both "
+            "(with present_columns_column an explicit NULL is a NULL)"
+        )
     active_registry().register_flow(
         AutoCdcFlow(
             name=name or target,

@@ -19,18 +19,31 @@ What is handed over
 - `@table` (streaming table with a query), `@materialized_view`, `@temporary_view`,
   `create_streaming_table`, `@append_flow` and `create_auto_cdc_flow` go to their namesakes
   (`dlt.table` / `dlt.view` / `dlt.apply_changes` on a `dlt` without the newer names), with the
-  same arguments. Our local extension `present_columns_column` becomes
-  `ignore_null_updates=True` (an absent column keeps its value; unlike locally, an explicit NULL
-  in an update is ignored too).
+  same arguments. Which keywords each function takes is the table `KEYWORDS`, from the references
+  (not from the runtime's signatures, which may be `(*args, **kwargs)` wrappers); an option a
+  reference does not document is an error here, before Databricks sees it.
+- Auto CDC flows, our extension `present_columns_column` (partial images): Databricks documents
+  no per-event "this column is absent". `ignore_null_updates` keeps the old value wherever an
+  update holds a NULL (explicit NULLs too, nested fields too), and `columns_to_update` /
+  `COLUMNS TO UPDATE` is listed without its semantics. So such a flow reads a private view of its
+  source, `<flow>__input`, in which each event's absent columns are filled from its key's image
+  before it (`partial_images.fill_absent_columns`), and gets no `ignore_null_updates`: the flow
+  upserts whole images, an explicit NULL is a NULL, an absent column keeps its value, on both
+  engines. `ignore_null_updates=True` given by a flow itself is passed as it is.
 - An SCD type 2 auto CDC flow gets no `apply_as_truncates`: Databricks supports APPLY AS TRUNCATE
-  WHEN for SCD type 1 only. It reads a private view of its source without the truncate events
-  (`<source>__without_truncates`), so a truncate never reaches it; its history keeps the versions
-  that were open at the truncate open (locally they are closed at the truncate's sequence).
+  WHEN for SCD type 1 only. Its `<flow>__input` view leaves the truncate events out, so a
+  truncate never reaches it; its history keeps the versions that were open at the truncate open
+  (locally they are closed at the truncate's sequence).
+- Each `<flow>__input` view belongs to its flow and is declared with it, every time: nothing is
+  remembered from one evaluation of the pipeline's files to the next, so a runtime that evaluates
+  them again in a warm interpreter gets the same graph. (The one thing kept between calls,
+  which streaming tables take quarantine rules on behalf of their append flows, is set anew by
+  every `create_streaming_table`.)
 - Expectations become the native decorators, chained: each returns a new object, the next
   decorator (and finally the dataset decorator) receives it, as the runtime requires (only that
-  object carries the rule). Constraints are passed as
-  `COALESCE((<constraint>), FALSE)`: a constraint that evaluates to NULL fails, as it does locally
-  (natively a NULL result would pass).
+  object carries the rule). Constraints are passed as `constraints.null_safe` makes them, the
+  text the local runner evaluates too: on lines of their own (a `--` comment ends at its line)
+  and NULL-safe (a NULL result fails, as locally; natively it would pass).
 - `expect_or_quarantine` compiles to the documented quarantine pattern ("Expectation
   recommendations and advanced patterns"): the dataset's query feeds a private twin
   `<dataset>__checked` that adds `failed_expectations` (names of every rule the row fails, as
@@ -45,10 +58,8 @@ What is handed over
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
 import importlib.util
-import inspect
 import sys
 from collections.abc import Callable, Mapping
 from types import ModuleType
@@ -57,6 +68,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from cdc_medallion.declarative.constraints import null_safe
 from cdc_medallion.declarative.definitions import (
     Action,
     AnyFlow,
@@ -67,6 +79,7 @@ from cdc_medallion.declarative.definitions import (
     Flow,
     QueryFunction,
 )
+from cdc_medallion.declarative.partial_images import fill_absent_columns
 from cdc_medallion.declarative.registry import GraphElementRegistry
 from cdc_medallion.declarative.runtime import current_reader
 from cdc_medallion.errors import GraphError
@@ -79,7 +92,45 @@ CHECKED_SUFFIX = "__checked"
 QUARANTINE_SUFFIX = "_quarantine"
 FAILED = "failed_expectations"  # the same column the local runner writes to quarantine tables
 QUARANTINED = "__quarantined"
-NO_TRUNCATES_SUFFIX = "__without_truncates"
+INPUT_SUFFIX = "__input"  # `<flow>__input`: an auto CDC flow's source as Databricks can take it
+
+PIPELINES, DLT = "pyspark.pipelines", "dlt"
+_DATASET = frozenset(
+    {"name", "comment", "spark_conf", "table_properties", "path", "partition_cols", "cluster_by_auto", "cluster_by"}
+    | {"schema", "row_filter", "private"}
+)
+_CDC = frozenset(
+    {"target", "source", "keys", "sequence_by", "ignore_null_updates", "apply_as_deletes", "apply_as_truncates"}
+    | {"column_list", "except_column_list", "stored_as_scd_type", "track_history_column_list"}
+    | {"track_history_except_column_list", "once", "ignore_null_updates_column_list"}
+    | {"ignore_null_updates_except_column_list", "columns_to_update"}
+)
+_DLT_DATASET = frozenset({"name", "comment", "spark_conf", "table_properties", "partition_cols", "path", "schema"})
+#: The keywords each API function takes, as its reference documents them: `pyspark.pipelines` by
+#: the Databricks pipeline Python reference (ldp-python-ref-table, -materialized-view, -view,
+#: -streaming-table, -append-flow, -apply-changes), `dlt` by the official `databricks-dlt` stubs
+#: (`tests/test_databricks_standins.py` compares them), whose `apply_changes` the reference says
+#: `create_auto_cdc_flow` shares, but for `name`. The facade decides by this table, never by a
+#: runtime function's signature: a runtime may hand out `(*args, **kwargs)` wrappers.
+KEYWORDS: dict[str, dict[str, frozenset[str]]] = {
+    PIPELINES: {
+        "table": _DATASET,
+        "materialized_view": _DATASET | {"refresh_policy"},
+        "temporary_view": frozenset({"name", "comment"}),
+        "create_streaming_table": _DATASET | {"expect_all", "expect_all_or_drop", "expect_all_or_fail"},
+        "append_flow": frozenset({"target", "name", "once", "spark_conf", "comment"}),
+        "create_auto_cdc_flow": _CDC | {"system_sequence_by", "name"},
+    },
+    DLT: {
+        "table": _DLT_DATASET | {"temporary", "cluster_by", "row_filter"},
+        "view": frozenset({"name", "comment", "spark_conf"}),
+        "create_streaming_table": _DLT_DATASET
+        | {"expect_all", "expect_all_or_drop", "expect_all_or_fail", "cluster_by", "row_filter"},
+        "append_flow": frozenset({"name", "target", "comment", "spark_conf", "once"}),
+        "apply_changes": _CDC | {"where", "flow_name"},
+        "create_auto_cdc_flow": _CDC | {"where", "name"},
+    },
+}
 
 
 # --- detection --------------------------------------------------------------------------------
@@ -110,7 +161,8 @@ _registries: dict[int, DatabricksRegistry] = {}
 
 
 def databricks_registry() -> DatabricksRegistry | None:
-    """The registry forwarding to the Databricks API, when that API is in charge."""
+    """The registry forwarding to the Databricks API, when that API is in charge. One per API
+    module: it keeps nothing that a second evaluation of the pipeline's files would find stale."""
     module = find_pipelines_module()
     if module is None:
         return None
@@ -121,11 +173,6 @@ def databricks_registry() -> DatabricksRegistry | None:
 
 
 # --- the quarantine pattern's row marking (shared by the twin's query) ------------------------
-def null_safe(constraint: str) -> str:
-    """A constraint that fails (instead of passing) when it evaluates to NULL, as locally."""
-    return f"COALESCE(({constraint}), FALSE)"
-
-
 def flag(df: DataFrame, expectations: tuple[Expectation, ...], dataset: str) -> DataFrame:
     """Add `failed_expectations` (every rule the row fails) and `__quarantined`."""
     from cdc_medallion.runner.expectations import mark
@@ -154,11 +201,8 @@ def _is_set(value: Any) -> bool:
     return not (isinstance(value, dict | list | tuple) and not value)
 
 
-def _parameters(func: Callable[..., Any]) -> set[str] | None:
-    try:
-        return set(inspect.signature(func).parameters)
-    except (TypeError, ValueError):
-        return None
+def _condition(value: str | Column) -> Column:
+    return F.expr(value) if isinstance(value, str) else value
 
 
 class DatabricksRegistry(GraphElementRegistry):
@@ -168,40 +212,43 @@ class DatabricksRegistry(GraphElementRegistry):
         if not is_databricks_api(api):
             raise GraphError(f"module {getattr(api, '__name__', api)!r} is not the Databricks pipeline API")
         self.api = api
-        # Streaming tables declared with quarantine rules and fed by append flows: their checked twin.
+        #: Whose keywords `KEYWORDS` gives: Databricks' `pyspark.pipelines`, or a `dlt` module.
+        self.flavor = PIPELINES if getattr(api, "__name__", None) == PIPELINES else DLT
+        # Streaming tables declared with quarantine rules and fed by append flows: their checked
+        # twin. Every create_streaming_table sets or clears its own entry, so a second evaluation
+        # of the pipeline's files finds only what it declared itself.
         self._twins: dict[str, tuple[str, tuple[Expectation, ...]]] = {}
-        # (source, truncate condition) -> the view SCD type 2 flows read instead of the source.
-        self._no_truncate_views: dict[tuple[str, str], str] = {}
 
     # --- calling the API ----------------------------------------------------------------------
     @property
     def module_name(self) -> str:
         return getattr(self.api, "__name__", "pipelines")
 
-    def _function(self, *names: str) -> Callable[..., Any]:
+    def _function(self, *names: str) -> str:
+        """The first of `names` the API has (whether a function exists, not what it takes)."""
         for name in names:
-            function = getattr(self.api, name, None)
-            if callable(function):
-                return function
+            if callable(getattr(self.api, name, None)):
+                return name
         raise GraphError(f"{self.module_name} has none of {', '.join(names)}")
 
-    def _call(self, function: Callable[..., Any], what: str, *args: Any, **kwargs: Any) -> Any:
-        """Call with the options that are set; an option the API does not take is an error."""
-        given = {k: v for k, v in kwargs.items() if _is_set(v)}
-        accepted = _parameters(function)
-        if accepted is not None:
-            unknown = sorted(set(given) - accepted)
-            if unknown:
-                raise GraphError(
-                    f"{what}: {self.module_name}.{function.__name__} has no parameter {unknown[0]!r} "
-                    "on this runtime; remove that option or use a newer runtime"
-                )
-        return function(*args, **given)
+    def _keywords(self, function: str) -> frozenset[str]:
+        return KEYWORDS[self.flavor].get(function, frozenset())
 
-    def _private_option(self, function: Callable[..., Any]) -> dict[str, bool]:
-        accepted = _parameters(function) or set()
+    def _call(self, function: str, what: str, *args: Any, **kwargs: Any) -> Any:
+        """Call with the options that are set; one its reference does not document is an error."""
+        given = {k: v for k, v in kwargs.items() if _is_set(v)}
+        unknown = sorted(set(given) - self._keywords(function))
+        if unknown:
+            raise GraphError(
+                f"{what}: {self.module_name}.{function} documents no parameter {unknown[0]!r}; "
+                "remove that option (or use a runtime whose reference has it)"
+            )
+        return getattr(self.api, function)(*args, **given)
+
+    def _private_option(self, function: str) -> dict[str, bool]:
+        keywords = self._keywords(function)
         for option in ("private", "temporary"):  # pyspark.pipelines / dlt
-            if option in accepted:
+            if option in keywords:
                 return {option: True}
         return {}
 
@@ -212,17 +259,17 @@ class DatabricksRegistry(GraphElementRegistry):
         contract, as in the `databricks-dlt` stubs), so each result is what the next one receives.
         """
         decorators = {
-            Action.WARN: self._function("expect"),
-            Action.QUARANTINE: self._function("expect"),
-            Action.DROP: self._function("expect_or_drop"),
-            Action.FAIL: self._function("expect_or_fail"),
+            Action.WARN: self.api.expect,
+            Action.QUARANTINE: self.api.expect,
+            Action.DROP: self.api.expect_or_drop,
+            Action.FAIL: self.api.expect_or_fail,
         }
         declared: Any = func
         for rule in reversed(expectations):  # innermost first, so they read top-down as declared
             declared = decorators[rule.action](rule.name, null_safe(rule.constraint))(declared)
         return declared
 
-    def _dataset_function(self, kind: DatasetKind) -> Callable[..., Any]:
+    def _dataset_function(self, kind: DatasetKind) -> str:
         if kind is DatasetKind.STREAMING_TABLE:
             return self._function("table")
         if kind is DatasetKind.MATERIALIZED_VIEW:
@@ -360,21 +407,27 @@ class DatabricksRegistry(GraphElementRegistry):
         )
 
     def _streaming_table(self, dataset: Dataset) -> None:
-        create = self._function("create_streaming_table")
         options = self._options(dataset)
         quarantine = [e for e in dataset.expectations if e.action is Action.QUARANTINE]
         if not quarantine:
-            self._call(create, f"streaming table {dataset.name!r}", dataset.name, **options, **self._rules(dataset))
+            self._twins.pop(dataset.name, None)
+            self._call(
+                "create_streaming_table",
+                f"streaming table {dataset.name!r}",
+                dataset.name,
+                **options,
+                **self._rules(dataset),
+            )
             return
         # Quarantine on a table fed by append flows: the flows feed the twin (see register_flow).
         twin = dataset.name + CHECKED_SUFFIX
         twin_rules = self._twin_rules(dataset.expectations)
         self._call(
-            create,
+            "create_streaming_table",
             f"streaming table {twin!r}",
             twin,
             **self._twin_options(dataset),
-            **self._private_option(create),
+            **self._private_option("create_streaming_table"),
             expect_all={e.name: null_safe(e.constraint) for e in twin_rules if e.action is Action.WARN} or None,
             expect_all_or_fail={e.name: null_safe(e.constraint) for e in twin_rules if e.action is Action.FAIL} or None,
         )
@@ -397,7 +450,7 @@ class DatabricksRegistry(GraphElementRegistry):
             func = flow.query
             query = _query(lambda: flag(func(), expectations, flow.target), func)
         decorator = self._call(
-            self._function("append_flow"),
+            "append_flow",
             f"flow {flow.name!r}",
             target=target,
             name=flow.name,
@@ -414,15 +467,16 @@ class DatabricksRegistry(GraphElementRegistry):
                 "apply to appended rows only; put them on the source view instead"
             )
         function = self._function(*_AUTO_CDC)
-        accepted = _parameters(function) or {"name"}
-        name_option = "name" if "name" in accepted else "flow_name"
-        source, truncates = flow.source, flow.apply_as_truncates
-        if int(flow.stored_as_scd_type) == 2 and truncates is not None:
-            source, truncates = self._without_truncates(flow.source, truncates), None
+        name_option = "name" if "name" in self._keywords(function) else "flow_name"
+        scd2 = int(flow.stored_as_scd_type) == 2
+        drops_truncates = scd2 and flow.apply_as_truncates is not None
+        source = flow.source
+        if flow.present_columns_column is not None or drops_truncates:
+            source = self._flow_input(flow, drops_truncates)
         options: dict[str, Any] = {
-            "ignore_null_updates": flow.ignore_null_updates or flow.present_columns_column is not None,
+            "ignore_null_updates": flow.ignore_null_updates,  # never with present_columns_column (api)
             "apply_as_deletes": flow.apply_as_deletes,
-            "apply_as_truncates": truncates,
+            "apply_as_truncates": None if scd2 else flow.apply_as_truncates,
             "column_list": list(flow.column_list) if flow.column_list is not None else None,
             "except_column_list": list(flow.except_column_list) if flow.except_column_list is not None else None,
             "stored_as_scd_type": flow.stored_as_scd_type,
@@ -441,28 +495,34 @@ class DatabricksRegistry(GraphElementRegistry):
             **options,
         )
 
-    def _without_truncates(self, source: str, truncates: str | Column) -> str:
-        """A private view of `source` without its truncate events, for SCD type 2 flows.
+    def _flow_input(self, flow: AutoCdcFlow, drops_truncates: bool) -> str:
+        """`<flow>__input`, a private view of the flow's source as Databricks' auto CDC takes it.
 
-        Databricks applies `apply_as_truncates` (APPLY AS TRUNCATE WHEN) to SCD type 1 only, and a
-        truncate event (no key) must not reach an SCD2 flow as an upsert either. So on Databricks
-        a truncate leaves history as it is: versions open at the truncate stay open until their
-        key's next change or delete (the SCD1 table is emptied). One view per source and condition.
+        - Partial images (`present_columns_column`): each event's absent columns filled from its
+          key's image before it, so the flow upserts whole images (see the module docstring).
+        - SCD type 2 with truncates: the truncate events left out. Databricks applies APPLY AS
+          TRUNCATE WHEN to SCD type 1 only, and a truncate (no key) must not reach an SCD2 flow
+          as an upsert either; so versions open at a truncate stay open until their key's next
+          change or delete (the SCD1 table is emptied).
+
+        Declared with its flow every time, never looked up: a second evaluation of the
+        pipeline's files declares it again, as it declares the flow again.
         """
-        spec = (source, truncates if isinstance(truncates, str) else str(truncates))
-        name = self._no_truncate_views.get(spec)
-        if name is not None:
-            return name
-        name = source + NO_TRUNCATES_SUFFIX
-        if name in self._no_truncate_views.values():  # another condition on the same source
-            name += "_" + hashlib.sha1(spec[1].encode()).hexdigest()[:8]
-        self._no_truncate_views[spec] = name
+        name = flow.name + INPUT_SUFFIX
+        truncates = flow.apply_as_truncates if drops_truncates else None
+        fills = flow.present_columns_column is not None
 
-        def without_truncates() -> DataFrame:
-            condition = F.expr(truncates) if isinstance(truncates, str) else truncates
-            return current_reader().read_stream(source).filter(~F.coalesce(condition, F.lit(False)))
+        def flow_input() -> DataFrame:
+            rows = current_reader().read_stream(flow.source)
+            if truncates is not None:
+                rows = rows.filter(~F.coalesce(_condition(truncates), F.lit(False)))
+            return fill_absent_columns(rows, flow) if fills else rows
 
-        without_truncates.__qualname__ = f"scd2_without_truncates.{source}"
-        comment = f"{source} without its truncate events: SCD type 2 flows on Databricks take no truncates"
-        self._define(DatasetKind.TEMPORARY_VIEW, name, without_truncates, (), {"comment": comment})
+        flow_input.__qualname__ = f"auto_cdc_input.{flow.name}"
+        what = [
+            *(["each event's absent columns filled from its key's image before it"] if fills else []),
+            *(["without its truncate events (SCD type 2 on Databricks takes none)"] if truncates is not None else []),
+        ]
+        comment = f"{flow.source} as auto CDC flow {flow.name} takes it: {'; '.join(what)}"
+        self._define(DatasetKind.TEMPORARY_VIEW, name, flow_input, (), {"comment": comment})
         return name

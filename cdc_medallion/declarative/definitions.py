@@ -7,11 +7,13 @@ runner, or Lakeflow on Databricks) is swappable, as in Spark's `pyspark.pipeline
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
+
+from cdc_medallion.errors import GraphError
 
 QueryFunction = Callable[[], DataFrame]
 
@@ -75,7 +77,9 @@ class AutoCdcFlow:
     """`create_auto_cdc_flow`: apply a change feed to `target` as SCD type 1 or 2.
 
     `present_columns_column` is a local extension for formats whose images are partial
-    (absent column ≠ NULL); on Databricks it compiles to `ignore_null_updates`.
+    (absent column ≠ NULL): it names an array column listing the columns each event carries.
+    On Databricks the registry fills the absent columns before the flow (see
+    `declarative/databricks.py`), so the flow there takes whole images.
     """
 
     name: str
@@ -93,6 +97,22 @@ class AutoCdcFlow:
     track_history_except_column_list: tuple[str, ...] | None = None
     once: bool = False
     present_columns_column: str | None = None
+
+    def data_columns(self, source_columns: Sequence[str]) -> list[str]:
+        """The source columns the flow writes to its target (`column_list`, or every column but
+        `except_column_list`), its keys among them: one rule for every engine."""
+        if self.column_list is not None:
+            missing = [c for c in self.column_list if c not in source_columns]
+            if missing:
+                raise GraphError(f"auto CDC flow {self.name}: column_list names unknown columns {missing}")
+            columns = list(self.column_list)
+        else:
+            excluded = set(self.except_column_list or ())
+            columns = [c for c in source_columns if c not in excluded]
+        for key in self.keys:
+            if key not in columns:
+                raise GraphError(f"auto CDC flow {self.name}: key {key!r} is not among the columns {columns}")
+        return columns
 
 
 AnyFlow = Flow | AutoCdcFlow

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import EPOCH
@@ -230,23 +230,31 @@ class Format(abc.ABC):
         }
 
 
+#: Over how many partitions the parse spreads bronze: a session setting, read (never set) by the
+#: query function. The local runner sets it to its cores (`spark.parse_over_cores`); on Databricks
+#: a pipeline configuration entry may set it, and without it the runtime's own split stands.
+PARSE_PARTITIONS_CONF = "cdc_medallion.parse.partitions"
+
+
 def spread_over_cores(bronze: DataFrame) -> DataFrame:
     """Bronze spread over every core before parsing.
 
     A landed batch is one Parquet file of one row group, which Spark reads as one partition, so
     parsing, the costliest step of silver, would run on one core while the others wait; a
     round-robin shuffle of the raw messages costs less than it frees. A stream's partitions are
-    not known until each batch runs, so a stream is always spread.
+    not known until each batch runs, so it is always spread, and so is a batch: how many
+    partitions a DataFrame has is a question for the JVM (`rdd`), which Spark Connect (Databricks
+    serverless) does not answer. The core count is a setting for the same reason:
+    `sparkContext.defaultParallelism` does not exist there.
     """
-    try:
-        cores = bronze.sparkSession.sparkContext.defaultParallelism
-    except (AttributeError, NotImplementedError):  # Spark Connect (serverless): its own split stands
-        return bronze
-    if cores < 2:
-        return bronze
-    if bronze.isStreaming:
-        return bronze.repartition(cores)
-    return bronze.repartition(cores) if bronze.rdd.getNumPartitions() < cores else bronze
+    cores = parse_partitions(bronze.sparkSession)
+    return bronze.repartition(cores) if cores > 1 else bronze
+
+
+def parse_partitions(spark: SparkSession) -> int:
+    """`PARSE_PARTITIONS_CONF` of the session: 1 (as it is) when unset or not a number."""
+    setting = spark.conf.get(PARSE_PARTITIONS_CONF, None)
+    return int(setting) if setting and setting.strip().isdigit() else 1
 
 
 @contextmanager

@@ -50,7 +50,7 @@ from cdc_medallion.formats.json_common import (
 )
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.model import OP_DELETE, OP_INSERT, OP_SNAPSHOT, OP_TRUNCATE, OP_UPDATE
-from cdc_medallion.sqltypes import spark_type
+from cdc_medallion.sqltypes import UNCONSTRAINED_DECIMAL, spark_type
 
 OPS = {"INSERT": OP_INSERT, "INIT": OP_SNAPSHOT, "UPDATE": OP_UPDATE, "DELETE": OP_DELETE}
 DDL_TYPES = ("CREATE", "ALTER", "ERASE", "QUERY", "RENAME", "CINDEX", "DINDEX", "DDL", "TRUNCATE")
@@ -65,8 +65,8 @@ JDBC_TYPES = {
     6: "double",
     7: "float",
     8: "double",
-    2: "decimal(38,18)",
-    3: "decimal(38,18)",
+    2: UNCONSTRAINED_DECIMAL,  # NUMERIC and DECIMAL: a code names no precision, so the exact text
+    3: UNCONSTRAINED_DECIMAL,
     1: "string",
     12: "string",
     -1: "string",

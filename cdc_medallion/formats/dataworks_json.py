@@ -24,12 +24,13 @@ from typing import Any, ClassVar
 
 from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
 from cdc_medallion.formats.json_common import (
-    count_field,
     id_field,
     load_document,
     object_field,
     order_number,
+    padded,
     text_field,
+    time_number,
     tombstone,
 )
 from cdc_medallion.formats.message import BronzeMessage, Event
@@ -63,6 +64,8 @@ DDL_OPS = frozenset(
 )
 KNOWN_OPS = ("INSERT", "UPDATE_BEFOR", "UPDATE_AFTER", "DELETE", *TRANSACTION_OPS, *sorted(DDL_OPS), "MHEARTBEAT")
 SEQUENCE_WIDTH = 30
+# Before every digit: the changes DataWorks wrote without a sequence sort before the sequenced ones.
+UNSEQUENCED = "-"
 DUPLICATE_BEFORE = "duplicate_update_before"  # counted by silver.yml's not_redelivered
 
 
@@ -80,6 +83,7 @@ class _Row:
     types: dict[str, str]
     source_types: dict[str, str]
     sequence_id: str | None
+    read_at: Any  # timestamp.systemTime: the order of a change without a sequence
     event_ts: dt.datetime | None
     flags: list[str]
     detail: str | None
@@ -157,7 +161,7 @@ class DataWorksJson(Format):
                     "kind": KIND_TRANSACTION,
                     "op": TRANSACTION_OPS[op],
                     **_source(schema),
-                    "sequence": _sequence(payload, message, required=False),
+                    "sequence": _sequence(payload, message),
                     "event_ts": event_ts,
                 }
             ]
@@ -217,7 +221,7 @@ class DataWorksJson(Format):
                     "source_db": row.source_db,
                     "source_schema": row.source_schema,
                     "source_table": row.table,
-                    "sequence": _sequence({"sequenceId": row.sequence_id}, message, required=False),
+                    "sequence": _sequence(_order_of(row), message),
                     "flags": [DUPLICATE_BEFORE],
                     "detail": f"redelivered {row.op} of sequenceId {row.sequence_id}, already paired; not applied",
                 }
@@ -248,7 +252,7 @@ class DataWorksJson(Format):
             "key_columns": _key(schema, columns, None),
             "column_types": {n: TYPES.get(t, "string") for n, t in columns.items()} or None,
             "source_types": dict(columns) or None,
-            "sequence": _sequence(payload, message, required=False),
+            "sequence": _sequence(payload, message),
             "event_ts": event_ts,
             "detail": text,
         }
@@ -260,7 +264,7 @@ class DataWorksJson(Format):
             "kind": KIND_CHANGE,
             "op": OP_TRUNCATE,
             **names,
-            "sequence": _sequence(payload, message, required=True),
+            "sequence": _sequence(payload, message),
             "event_ts": event_ts,
             "detail": event["detail"],
         }
@@ -393,7 +397,8 @@ def _row(op: str, schema: Mapping[str, Any], payload: Mapping[str, Any], event_t
         after=converted["after"],
         types=types,
         source_types=source_types,
-        sequence_id=id_field(payload.get("sequenceId"), "payload.sequenceId"),
+        sequence_id=_sequence_id(payload.get("sequenceId")),
+        read_at=_system_time(payload),
         event_ts=event_ts,
         flags=flags,
         detail=dumps({"scn": str(scn)}) if scn not in (None, "") else None,
@@ -408,7 +413,7 @@ def _change(
     after: dict[str, str | None] | None,
 ) -> Event:
     flags = list(row.flags)
-    sequence = _sequence({"sequenceId": row.sequence_id}, message, required=True)
+    sequence = _sequence(_order_of(row), message)
     changed = None
     if op == OP_UPDATE and before is not None and after is not None and set(before) >= set(after):
         changed = [c for c in after if before.get(c) != after.get(c)]
@@ -450,19 +455,39 @@ def _value(value: Any, kind: str | None, where: str, flags: list[str]) -> str | 
     return text_of(value)
 
 
-def _sequence(payload: Mapping[str, Any], message: BronzeMessage, required: bool) -> str:
-    """sequenceId (digits, zero-padded so it sorts as text), then the landing position."""
+def _sequence(payload: Mapping[str, Any], message: BronzeMessage) -> str:
+    """sequenceId (digits, zero-padded so it sorts as text), then the landing position.
+
+    Where DataWorks has no sequence it writes `-1` (or null), as for the rows of a full load: such
+    a change sorts before every sequenced one, among its like by `timestamp.systemTime` (when the
+    node read it), then by the landing position (docs/values.md)."""
     number = order_number(payload.get("sequenceId"), "payload.sequenceId")
-    if number is None:
-        if required:
-            raise ParseError("payload.sequenceId", "missing: the change cannot be ordered")
-        return message.position
-    return f"{number:0{SEQUENCE_WIDTH}d}|{message.position}"
+    if number is not None:
+        return f"{padded(number, SEQUENCE_WIDTH)}|{message.position}"
+    read_at = order_number(_system_time(payload), "payload.timestamp.systemTime")
+    return f"{UNSEQUENCED}{padded(read_at, 20)}|{message.position}"
+
+
+def _sequence_id(value: Any) -> str | None:
+    """sequenceId as text (it pairs an update's halves): a string, or a number as some writers give
+    it, its none marker -1 included."""
+    if type(value) is int:
+        return str(value)
+    return id_field(value, "payload.sequenceId")
+
+
+def _system_time(payload: Mapping[str, Any]) -> Any:
+    timestamps = payload.get("timestamp")
+    return timestamps.get("systemTime") if isinstance(timestamps, dict) else None
+
+
+def _order_of(row: _Row) -> dict[str, Any]:
+    """The order fields of a parsed row, as `_sequence` reads them from a payload."""
+    return {"sequenceId": row.sequence_id, "timestamp": {"systemTime": row.read_at}}
 
 
 def _event_time(value: Any) -> dt.datetime | None:
-    """`timestamp.eventTime`: epoch milliseconds; -1 (a full load) and absent are unknown."""
-    if value == -1:
-        return None
-    millis = count_field(value, "payload.timestamp.eventTime")
+    """`timestamp.eventTime`: epoch milliseconds; negative (-1: a full load, as a number or as
+    text) and absent are unknown."""
+    millis = time_number(value, "payload.timestamp.eventTime")
     return None if millis is None else millis_to_ts(millis)

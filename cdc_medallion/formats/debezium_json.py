@@ -34,21 +34,25 @@ from cdc_medallion.formats.json_common import (
     load_document,
     object_field,
     order_number,
+    padded,
     text_field,
+    time_number,
     whole_number,
 )
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import (
-    EPOCH,
-    EPOCH_DATE,
+    NANOS,
     b64decode,
+    date_text,
     decimal_from_bytes,
+    decimal_text,
     dumps,
+    epoch_timestamp_text,
     inferred_type,
     loads,
     text_of,
     time_text,
-    timestamp_text,
+    zoned_timestamp_text,
 )
 from cdc_medallion.model import (
     KIND_CHANGE,
@@ -61,7 +65,7 @@ from cdc_medallion.model import (
     OP_TRUNCATE,
     OP_UPDATE,
 )
-from cdc_medallion.sqltypes import decimal_type
+from cdc_medallion.sqltypes import UNCONSTRAINED_DECIMAL, decimal_type
 
 OPS = {"c": OP_INSERT, "u": OP_UPDATE, "d": OP_DELETE, "r": OP_SNAPSHOT, "t": OP_TRUNCATE}
 
@@ -94,12 +98,12 @@ LOGICAL_TYPES = {
     "io.debezium.time.ZonedTime": "string",
     "io.debezium.time.Timestamp": "timestamp",
     "io.debezium.time.MicroTimestamp": "timestamp",
-    "io.debezium.time.NanoTimestamp": "timestamp",
+    "io.debezium.time.NanoTimestamp": "string",  # 7-9 digits (Oracle TIMESTAMP(9), SQL Server datetime2(7))
     "org.apache.kafka.connect.data.Timestamp": "timestamp",
     "io.debezium.time.ZonedTimestamp": "timestamp",
     "io.debezium.time.Year": "int",
     "io.debezium.time.MicroDuration": "bigint",
-    "io.debezium.data.VariableScaleDecimal": "decimal(38,18)",
+    "io.debezium.data.VariableScaleDecimal": UNCONSTRAINED_DECIMAL,  # PostgreSQL numeric, Oracle NUMBER
     "io.debezium.data.Json": "string",
     "io.debezium.data.Uuid": "string",
     "io.debezium.data.Xml": "string",
@@ -440,8 +444,8 @@ def _column_schema(column: Any, where: str) -> dict[str, Mapping[str, Any]]:
         raise ParseError(f"{where}.type", "missing: a column's schema gives its Connect type")
     text_field(column.get("name"), f"{where}.name")
     parameters = object_field(column.get("parameters"), f"{where}.parameters") or {}
-    for parameter in ("scale", "connect.decimal.precision"):
-        count_field(parameters.get(parameter), f"{where}.parameters.{parameter}")
+    _scale(parameters.get("scale"), f"{where}.parameters.scale")
+    count_field(parameters.get("connect.decimal.precision"), f"{where}.parameters.connect.decimal.precision")
     return {name: column}
 
 
@@ -470,9 +474,10 @@ def _spark_type(field: Mapping[str, Any]) -> str:
     logical = field.get("name")
     if logical == DECIMAL:
         parameters = field.get("parameters") or {}
-        scale = whole_number(parameters.get("scale")) or 0  # checked by _column_schema
-        precision = whole_number(parameters.get("connect.decimal.precision")) or 38
-        return decimal_type(max(precision, scale, 1), scale)
+        precision = whole_number(parameters.get("connect.decimal.precision"))
+        if not precision:  # Kafka Connect's own Decimal names only its scale: any number of digits
+            return UNCONSTRAINED_DECIMAL
+        return decimal_type(precision, _scale(parameters.get("scale"), "scale"))
     if logical == "io.debezium.data.Bits" and str((field.get("parameters") or {}).get("length")) == "1":
         return "boolean"
     if logical in LOGICAL_TYPES:
@@ -511,27 +516,28 @@ def _decoded(value: Any, decoder: tuple[str, Decoder], image: str, column: str) 
 
 
 def _decoder(field: Mapping[str, Any]) -> Decoder | None:
-    """How one column's non-null values become text, by its logical type; None: plain values."""
+    """How one column's non-null values become text, by its logical type; None: plain values.
+    Every one is exact: integer arithmetic for times, digits for decimals (values.py)."""
     logical = field.get("name")
     parameters = field.get("parameters") or {}
     if logical in ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"):
-        return lambda value: (EPOCH_DATE + dt.timedelta(days=int(value))).isoformat()
+        return lambda value: date_text(int(value))
     if logical in ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time"):
-        return lambda value: time_text(int(value) * 1000)
+        return lambda value: time_text(int(value), 1000)
     if logical == "io.debezium.time.MicroTime":
         return lambda value: time_text(int(value))
     if logical == "io.debezium.time.NanoTime":
-        return lambda value: time_text(int(value) // 1000)
+        return lambda value: time_text(int(value), NANOS)
     if logical in ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp"):
-        return lambda value: timestamp_text(EPOCH + dt.timedelta(milliseconds=int(value)))
+        return lambda value: epoch_timestamp_text(int(value), 1000)
     if logical == "io.debezium.time.MicroTimestamp":
-        return lambda value: timestamp_text(EPOCH + dt.timedelta(microseconds=int(value)))
+        return lambda value: epoch_timestamp_text(int(value), 1_000_000)
     if logical == "io.debezium.time.NanoTimestamp":
-        return lambda value: timestamp_text(EPOCH + dt.timedelta(microseconds=int(value) // 1000))
+        return lambda value: epoch_timestamp_text(int(value), NANOS)
     if logical == "io.debezium.time.ZonedTimestamp":
-        return lambda value: timestamp_text(dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")))
+        return lambda value: zoned_timestamp_text(str(value))
     if logical == DECIMAL:
-        return partial(_fixed_scale_decimal, scale=whole_number(parameters.get("scale")) or 0)
+        return partial(_fixed_scale_decimal, scale=_scale(parameters.get("scale"), "scale"))
     if logical == "io.debezium.data.VariableScaleDecimal":
         return _variable_scale_decimal
     if logical == "io.debezium.data.Bits" and str(parameters.get("length")) == "1":
@@ -539,16 +545,30 @@ def _decoder(field: Mapping[str, Any]) -> Decoder | None:
     return None
 
 
-def _fixed_scale_decimal(value: Any, scale: Any) -> str | None:
+def _scale(value: Any, where: str) -> int:
+    """A decimal's `scale` parameter: a whole number, negative too (Oracle's NUMBER(5,-2)); 0 when
+    absent, as Kafka Connect defaults it."""
+    if value is None or value == "":
+        return 0
+    if type(value) is int:
+        return value
+    if not isinstance(value, str) or re.fullmatch(r"-?[0-9]+", value.strip()) is None:
+        raise ParseError(where, f"expected a whole number, got {json_type(value)} ({value!r})")
+    return int(value)
+
+
+def _fixed_scale_decimal(value: Any, scale: int) -> str | None:
     if not isinstance(value, str):  # decimal.handling.mode=double or string: the value as written
         return text_of(value)
-    return str(decimal_from_bytes(b64decode(value), int(scale)))
+    return decimal_text(decimal_from_bytes(b64decode(value), scale))
 
 
 def _variable_scale_decimal(value: Any) -> str | None:
+    """`{"scale": s, "value": base64}`: PostgreSQL's unconstrained numeric, with the value's own
+    scale (printed as PostgreSQL prints it: `1.500` keeps its zeros)."""
     if not isinstance(value, dict):
         return text_of(value)
-    return str(decimal_from_bytes(b64decode(value["value"]), int(value["scale"])))
+    return decimal_text(decimal_from_bytes(b64decode(value["value"]), _scale(value["scale"], "scale")))
 
 
 def _bit(value: Any) -> str | None:
@@ -557,9 +577,9 @@ def _bit(value: Any) -> str | None:
 
 def _event_ts(source: Mapping[str, Any], payload: Mapping[str, Any]) -> dt.datetime | None:
     """Source commit time (source.ts_ms); snapshots carry 0 there, so fall back to payload.ts_ms.
-    Present but not a whole number of milliseconds, it is an error naming it."""
+    Negative, it is unknown; present but not a whole number of milliseconds, an error naming it."""
     for value, where in ((source.get("ts_ms"), "source.ts_ms"), (payload.get("ts_ms"), "payload.ts_ms")):
-        millis = count_field(value, where)  # a time, not an order key
+        millis = time_number(value, where)  # a time, not an order key
         if millis:
             return millis_to_ts(millis)
     return None
@@ -570,17 +590,17 @@ def _source_order(source: Mapping[str, Any], payload: Mapping[str, Any]) -> str:
     that is present but not a number is an error (`order_number`), never a fallback."""
     lsn = order_number(source.get("lsn"), "source.lsn")
     if lsn is not None:
-        return f"lsn:{lsn:020d}"
+        return f"lsn:{padded(lsn, 20)}"
     pos = order_number(source.get("pos"), "source.pos")
     binlog = text_field(source.get("file"), "source.file")
     if binlog is not None and pos is not None:
-        row = order_number(source.get("row"), "source.row") or 0
-        return f"binlog:{binlog}:{pos:020d}:{row:010d}"
+        row = order_number(source.get("row"), "source.row")
+        return f"binlog:{binlog}:{padded(pos, 20)}:{padded(row, 10)}"
     if source.get("commit_lsn") or source.get("change_lsn"):
-        serial = order_number(source.get("event_serial_no"), "source.event_serial_no") or 0
-        return f"mssql:{source.get('commit_lsn') or ''}:{source.get('change_lsn') or ''}:{serial:010d}"
+        serial = order_number(source.get("event_serial_no"), "source.event_serial_no")
+        return f"mssql:{source.get('commit_lsn') or ''}:{source.get('change_lsn') or ''}:{padded(serial, 10)}"
     scn = order_number(source.get("scn"), "source.scn")
     if scn is not None:
-        return f"scn:{scn:030d}"
+        return f"scn:{padded(scn, 30)}"
     ts = order_number(source.get("ts_ms"), "source.ts_ms") or order_number(payload.get("ts_ms"), "payload.ts_ms")
-    return "ts:" if ts is None else f"ts:{ts:020d}"
+    return "ts:" if ts is None else f"ts:{padded(ts, 20)}"

@@ -4,8 +4,8 @@ Kafka Connect's JSON converter writes each value as `{"schema": S, "payload": P}
 every column, so no value's type has to be guessed from its JSON text (which VARIANT and
 `from_json` cannot tell apart: `1.0` and `1` look alike to both). This parse takes a message
 when it has that plain shape: its row images hold columns its schema describes, of primitive
-Connect types or of the logical types decoded here (Date, Timestamp, MicroTimestamp,
-NanoTimestamp, Decimal up to 16 bytes); its metadata are of the JSON types Debezium writes. It
+Connect types or of the logical types decoded here (Date, Timestamp, MicroTimestamp, Decimal
+up to 16 bytes); its metadata are of the JSON types Debezium writes. It
 answers NULL for everything else (a schemaless message, a placeholder value, a message key it
 cannot read as Python does, anything malformed), and `DebeziumJson.parse_message` decides those.
 
@@ -47,7 +47,6 @@ TEXT_LOGICAL = ("io.debezium.data.Json", "io.debezium.data.Uuid", "io.debezium.d
 DATE = ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date")
 MILLIS = ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp")
 MICROS = "io.debezium.time.MicroTimestamp"
-NANOS = "io.debezium.time.NanoTimestamp"
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
 # Dates and times in years 1000-9999: four-digit years, as both Python and Spark write them.
@@ -132,19 +131,14 @@ def _magnitude(value: str, raw: str) -> str:
 
 def _decimal_text(raw: str, digits: str, scale: str) -> str:
     """Kafka Connect's Decimal (base64 of a big-endian two's-complement integer, 1-16 bytes) as
-    `str(Decimal(unscaled).scaleb(-scale))`, when Python writes it without an exponent."""
+    `values.decimal_text` writes it: exact, plain, `scale` fraction digits."""
     negative = f"substr({raw}, 1, 1) >= '8'"
     padded = f"lpad({digits}, greatest(length({digits}), {scale} + 1), '0')"  # lpad cuts longer text
     plain = (
         f"case when {scale} = 0 then {digits} "
         f"else concat(substr({padded}, 1, length({padded}) - {scale}), '.', substr({padded}, -{scale})) end"
     )
-    # Python's exponent form: below 1E-6 (adjusted exponent under -6).
-    exponent_form = f"(length(regexp_replace({digits}, '^0+(?=.)', '')) - 1 - {scale} < -6)"
-    return (
-        f"case when {digits} is not null and not {exponent_form} "
-        f"then concat(case when {negative} then '-' else '' end, {plain}) end"
-    )
+    return f"case when {digits} is not null then concat(case when {negative} then '-' else '' end, {plain}) end"
 
 
 def _value_text(column: str, value: str, raw: str = "x.h", magnitude: str = "x.d") -> str:
@@ -153,7 +147,6 @@ def _value_text(column: str, value: str, raw: str = "x.h", magnitude: str = "x.d
     kind, logical = f"{column}.type", f"{column}.name"
     digits = f"{value} rlike '^-?[0-9]{{1,18}}$'"
     number = f"try_cast({value} as bigint)"
-    nano = f"({number} div 1000 - case when {number} % 1000 < 0 then 1 else 0 end)"
     # A string column's text is written as is, unless a JSON number with a fraction, an object or
     # an array could have produced it: `from_json` writes those its own way.
     written_as_is = (
@@ -172,8 +165,6 @@ def _value_text(column: str, value: str, raw: str = "x.h", magnitude: str = "x.d
         f"then cast(date_add(DATE'1970-01-01', cast({number} as int)) as string) end "
         f"when {logical} in {_in(MILLIS)} then case when {digits} then {_micros_text(f'({number} * 1000)')} end "
         f"when {logical} = {_q(MICROS)} then case when {digits} then {_micros_text(number)} end "
-        f"when {logical} = {_q(NANOS)} then case when {value} rlike '^-?[0-9]{{1,19}}$' and {number} is not null "
-        f"then {_micros_text(nano)} end "
         f"when {logical} = {_q(DECIMAL)} then {_decimal_text(raw, magnitude, scale)} "
         "end"
     )
@@ -184,9 +175,10 @@ def _spark_type(column: str) -> str:
     from cdc_medallion.formats.debezium_json import CONNECT_TYPES, LOGICAL_TYPES
 
     logical, kind = f"{column}.name", f"lower({column}.type)"
-    precision = f"coalesce(nullif(try_cast({column}.parameters['connect.decimal.precision'] as int), 0), 38)"
+    precision = f"nullif(try_cast({column}.parameters['connect.decimal.precision'] as int), 0)"
     scale = f"coalesce(try_cast({column}.parameters['scale'] as int), 0)"
-    wide = f"greatest({precision}, {scale}, 1)"
+    # No precision: any number of digits, so text (as `decimal_type` has it); `greatest` skips NULLs.
+    wide = f"case when {precision} is not null then greatest({precision}, {scale}) end"
     logical_cases = " ".join(f"when {_q(name)} then {_q(spark)}" for name, spark in LOGICAL_TYPES.items())
     connect_cases = " ".join(f"when {_q(name)} then {_q(spark)}" for name, spark in CONNECT_TYPES.items())
     return (
@@ -200,7 +192,7 @@ def _spark_type(column: str) -> str:
 def _column_fine(column: str) -> str:
     """A column's schema the native parse reads as Python does (else the message is not taken)."""
     handled = [*INTEGERS, *FLOATS, *TEXTS, "boolean"]
-    logical_handled = [*TEXT_LOGICAL, *DATE, *MILLIS, MICROS, NANOS, DECIMAL]
+    logical_handled = [*TEXT_LOGICAL, *DATE, *MILLIS, MICROS, DECIMAL]
     scale, precision = f"{column}.parameters['scale']", f"{column}.parameters['connect.decimal.precision']"
     return (
         f"({column} is not null and schema_of_variant({column}.field) = 'STRING' "

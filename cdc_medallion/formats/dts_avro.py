@@ -14,12 +14,12 @@ the image values, in order. Image values become canonical text typed by their un
 
 | value | Spark type | text |
 |---|---|---|
-| Integer | bigint (decimal(38,0) beyond its range) | the digits |
+| Integer | bigint (decimal(38,0) beyond its range, text beyond 38 digits) | the digits |
 | Character | string (binary for charset `binary`) | bytes decoded with the charset |
-| Decimal | decimal(precision, scale) | the digits |
+| Decimal | decimal(precision, scale); text without a precision or beyond 38 digits | the exact digits, no exponent |
 | Float | double | the double |
 | Timestamp | timestamp | seconds + fraction since the epoch, UTC |
-| DateTime | timestamp, date (no time), string (time only), int (year only) | the parts |
+| DateTime | timestamp, date (no time), string (time only: `[-]HH:MM:SS[.f]`), int (year only) | the parts |
 | TimestampWithTimeZone | timestamp | the parts in their zone, as UTC |
 | BinaryObject, BinaryGeometry (WKB) | binary | base64 |
 | TextObject, TextGeometry (WKT) | string | the text |
@@ -42,6 +42,7 @@ from __future__ import annotations
 import base64
 import codecs
 import datetime as dt
+import decimal
 import functools
 import io
 import json
@@ -54,9 +55,9 @@ from typing import Any, Literal
 from pydantic import Field
 
 from cdc_medallion.formats.base import Format, FormatOptions, ParseError, register_format
-from cdc_medallion.formats.json_common import change, schema_change, sequence, tombstone, value_text
+from cdc_medallion.formats.json_common import change, padded, schema_change, sequence, tombstone, whole_number
 from cdc_medallion.formats.message import BronzeMessage, Event
-from cdc_medallion.formats.values import EPOCH, timestamp_text
+from cdc_medallion.formats.values import EPOCH, decimal_text, float_text, integer_type, time_text, timestamp_text
 from cdc_medallion.model import (
     KIND_HEARTBEAT,
     KIND_MESSAGE,
@@ -66,13 +67,12 @@ from cdc_medallion.model import (
     OP_TRUNCATE,
     OP_UPDATE,
 )
-from cdc_medallion.sqltypes import MAX_PRECISION, decimal_type
+from cdc_medallion.sqltypes import UNCONSTRAINED_DECIMAL, decimal_type
 
 SCHEMA_FILE = Path(__file__).with_name("dts_record.avsc")
 CHANGE_OPS = {"INSERT": OP_INSERT, "UPDATE": OP_UPDATE, "DELETE": OP_DELETE}
 TRANSACTION_OPS = ("BEGIN", "COMMIT", "ROLLBACK")
 FRACTION_UNITS = {"micros": 1, "millis": 1000}
-BIGINT_RANGE = range(-(2**63), 2**63)
 ABSENT = object()  # EmptyObject NONE: the column has no captured value
 
 # MySQL column type codes (dataTypeNumber): names for source_types, and the Spark type of a
@@ -184,7 +184,8 @@ class DtsAvro(Format):
         record, trailing = decode_record(message.value)
         operation = str(record["operation"])
         db, schema, table = _object_names(record.get("objectName"))
-        order = sequence(message, _source_position(record.get("sourcePosition")), f"{max(record['id'], 0):020d}")
+        record_id = record["id"] if record["id"] >= 0 else None  # a negative id: none given, as absent
+        order = sequence(message, _source_position(record.get("sourcePosition")), padded(record_id, 20))
         common: dict[str, Any] = {
             "source_db": db,
             "tx_id": None if record.get("sourceTxid") in ("", "0", None) else record["sourceTxid"],
@@ -285,7 +286,7 @@ class DtsAvro(Format):
     def _integer(self, body: Mapping[str, Any]) -> tuple[str, str]:
         text = str(body["value"]).strip()
         number = int(text)
-        return str(number), "bigint" if number in BIGINT_RANGE else "decimal(38,0)"
+        return str(number), integer_type(number)
 
     def _character(self, body: Mapping[str, Any]) -> tuple[str, str]:
         charset = str(body.get("charset") or "").strip().lower()
@@ -298,13 +299,18 @@ class DtsAvro(Format):
             raise ParseError("", f"bytes are not {charset} text: {error}") from None
 
     def _decimal(self, body: Mapping[str, Any]) -> tuple[str, str]:
+        """The value's exact digits; typed by its precision and scale, or text when the precision
+        is not given (0): then any number of digits may come."""
         precision, scale = int(body["precision"]), int(body["scale"])
-        if precision <= 0 or precision < scale:  # not given (or inconsistent): as many digits as Spark has
-            precision = MAX_PRECISION
-        return str(body["value"]).strip(), decimal_type(precision, scale)
+        text = str(body["value"]).strip()
+        try:
+            number = decimal.Decimal(text)
+        except decimal.InvalidOperation:
+            raise ParseError("", f"Decimal value {text[:40]!r} is not a number") from None
+        return decimal_text(number), decimal_type(precision, scale) if precision > 0 else UNCONSTRAINED_DECIMAL
 
     def _float(self, body: Mapping[str, Any]) -> tuple[str | None, str]:
-        return value_text(float(body["value"])), "double"
+        return float_text(float(body["value"])), "double"
 
     def _timestamp(self, body: Mapping[str, Any]) -> tuple[str, str]:
         micros = int(body.get("millis") or 0) * self.fraction
@@ -316,10 +322,11 @@ class DtsAvro(Format):
         micros = abs(int(body.get("millis") or 0)) * self.fraction
         if hour is not None:
             minute, second = body.get("minute") or 0, body.get("second") or 0
-            sign = "-" if min(hour, minute, second) < 0 else ""
+            if year is None:  # TIME: may exceed 24 hours or be negative (MySQL: -838:59:59 to 838:59:59)
+                sign = -1 if min(hour, minute, second, int(body.get("millis") or 0)) < 0 else 1
+                seconds = abs(hour) * 3600 + abs(minute) * 60 + abs(second)
+                return time_text(sign * (seconds * 1_000_000 + micros)), "string"
             clock = f"{abs(hour):02d}:{abs(minute):02d}:{abs(second):02d}" + (f".{micros:06d}" if micros else "")
-            if year is None:
-                return sign + clock, "string"  # TIME: may exceed 24 hours or be negative
             return f"{year:04d}-{month or 0:02d}-{day or 0:02d} {clock}", "timestamp"
         if year is not None and month is not None:
             return f"{year:04d}-{month:02d}-{day or 0:02d}", "date"
@@ -385,10 +392,10 @@ def _source_position(position: Any) -> str:
     """`offset@file` (MySQL binlog) -> file then offset, fixed width; digits (SCN, LSN) padded."""
     text = str(position or "").strip()
     offset, at, file = text.partition("@")
-    if at and offset.isdigit() and file.isdigit():
-        return f"{int(file):010d}:{int(offset):020d}"
-    if text.isdigit():
-        return f"{int(text):031d}"
+    if at and whole_number(offset) is not None and whole_number(file) is not None:
+        return f"{padded(int(file), 10)}:{padded(int(offset), 20)}"
+    if whole_number(text) is not None:
+        return padded(int(text), 31)
     return ""
 
 

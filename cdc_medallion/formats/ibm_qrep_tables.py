@@ -9,7 +9,8 @@
 
 or, from the command line, the `--columns` syntax: `T1=C1:INTEGER,C2:CHAR(4);T2=...`. Keys are
 `OWNER.TABLE` or just `TABLE` (case-insensitive). Values are turned into canonical text here
-(dates ISO, times `HH:MM:SS`, timestamps `YYYY-MM-DD HH:MM:SS.ffffff`, binary base64).
+(dates ISO, times `HH:MM:SS`, timestamps `YYYY-MM-DD HH:MM:SS.ffffff` with every digit of a
+TIMESTAMP(7..12), binary base64).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats.ibm_qrep_records import Delimiters, Field, InvalidData, RecordError
 from cdc_medallion.identifiers import TABLE_NAME_RULE, is_column_name, is_table_name
-from cdc_medallion.sqltypes import spark_type
+from cdc_medallion.sqltypes import MAX_FRACTION_DIGITS, spark_type
 
 Image = dict[str, str | None]
 
@@ -206,8 +207,12 @@ def _temporal(kind: str, text: str) -> str | None:
         if not match:
             return None
         parts = [int(g) for g in match.groups()[:6]]
-        micros = int((match.group(7) or "0").ljust(6, "0")[:6])  # Db2 keeps up to 12 digits: cut to 6
-        return dt.datetime(*parts, micros).isoformat(sep=" ")
+        whole = dt.datetime(*parts).isoformat(sep=" ")
+        fraction = match.group(7) or ""
+        if len(fraction) > MAX_FRACTION_DIGITS:  # Db2's TIMESTAMP(7..12): every digit kept (a text column)
+            return f"{whole}.{fraction}"
+        micros = int(fraction.ljust(MAX_FRACTION_DIGITS, "0"))
+        return f"{whole}.{micros:06d}" if micros else whole
     except ValueError:
         return None
 

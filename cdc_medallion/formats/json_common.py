@@ -10,8 +10,6 @@ every format reports tombstones, images, types and sequences the same way. (`cha
 from __future__ import annotations
 
 import datetime as dt
-import decimal
-import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -56,24 +54,13 @@ def tombstone(message: BronzeMessage) -> Event:
     return {"kind": KIND_TOMBSTONE, "sequence": message.position}
 
 
-def value_text(value: Any) -> str | None:
-    """Canonical text of a JSON value; NaN and infinities spelled the way Spark casts them."""
-    if type(value) is str:
-        return value
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, decimal.Decimal) and not value.is_finite():
-        return "NaN" if value.is_nan() else ("Infinity" if value > 0 else "-Infinity")
-    return text_of(value)
-
-
 def image_of(raw: Any, where: str) -> Image | None:
     """A row image (JSON object or null) as canonical text; anything else cannot be applied."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
         raise ParseError(where, f"expected a JSON object or null, got {json_type(raw)}")
-    return {str(name): value_text(value) for name, value in raw.items()}
+    return {str(name): text_of(value) for name, value in raw.items()}
 
 
 def inferred_types(*images: Mapping[str, Any] | None) -> tuple[dict[str, str], dict[str, str]]:
@@ -157,20 +144,48 @@ def whole_number(value: Any) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):  # ASCII: `isdigit` takes "²" too
         return int(value.strip())
     return None
 
 
 def order_number(value: Any, where: str) -> int | None:
-    """A number the format orders changes by: None when absent (null or empty text).
+    """A number the format orders changes by (an scn, es, lsn, sequenceId, pos, xid, ...), read as
+    its writer writes it: a JSON number or digits, leading zeros and any size included. None when
+    absent (null or empty text) or when it is a writer's "none" marker, a negative number
+    (DataWorks writes `-1` where it has no sequence): the format's next order field then decides,
+    as for an absent one (docs/values.md).
 
-    Present but unreadable, it is no order key: sorted as missing it would place the change
-    after (or before) every real one, and a later valid change would lose to it. So it is an
-    error naming the field, and the message goes to quarantine."""
-    return _present_whole_number(
-        value, where, f"present but not a whole number ({value!r}): the change cannot be ordered"
-    )
+    Anything else (a fraction, letters) is no value a writer produces, and sorted as missing it
+    would place the change before every real one: an error naming the field, and the message
+    goes to quarantine."""
+    if value is None or value == "":
+        return None
+    number = _signed_whole(value)
+    if number is None:
+        raise ParseError(where, f"present but not a whole number ({value!r}): the change cannot be ordered")
+    return number if number >= 0 else None
+
+
+def time_number(value: Any, where: str) -> int | None:
+    """An epoch time a message gives (milliseconds, seconds): a whole number; None when absent or
+    negative, a writer's "unknown" (DataWorks' eventTime -1); anything else an error naming it."""
+    number = _signed_whole(value)
+    if number is not None and number < 0:
+        return None
+    return count_field(value, where)
+
+
+def _signed_whole(value: Any) -> int | None:
+    """A whole number given as a JSON number or as ASCII digits with an optional minus; else None."""
+    if type(value) is int:
+        return value
+    if isinstance(value, str) and _SIGNED_DIGITS.fullmatch(value.strip()):
+        return int(value.strip())
+    return None
+
+
+_DIGITS, _SIGNED_DIGITS = re.compile(r"[0-9]+"), re.compile(r"-?[0-9]+")
 
 
 def _present_whole_number(value: Any, where: str, reason: str) -> int | None:
@@ -185,8 +200,13 @@ def _present_whole_number(value: Any, where: str, reason: str) -> int | None:
 
 
 def padded(number: int | None, width: int) -> str:
-    """A sortable fixed-width number; a missing one sorts first as zeros."""
-    return f"{number if number is not None else 0:0{width}d}"
+    """A non-negative number as text that sorts as the number: zero-padded to `width` digits; a
+    missing one sorts first, as zeros. One wider than `width` sorts after every one that fits:
+    `~`, then its count of digits, then its digits (no writer's field is refused for its size)."""
+    if number is None:
+        return "0" * width
+    digits = str(number)
+    return digits.zfill(width) if len(digits) <= width else f"~{len(digits):06d}{digits}"
 
 
 def sequence(message: BronzeMessage, *parts: str) -> str:

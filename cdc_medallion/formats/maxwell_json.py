@@ -70,7 +70,8 @@ class MaxwellJson(Format):
         seconds = order_number(document.get("ts"), "ts")
         if millis is None and seconds is not None:
             millis = seconds * 1000
-        xid = padded(order_number(document.get("xid"), "xid"), 20)
+        transaction = order_number(document.get("xid"), "xid")  # None: absent, or a none marker
+        xid = padded(transaction, 20)
         commit = flag_field(document.get("commit"), "commit") is True
         order = sequence(message, padded(millis, 15), xid, _xoffset(document, commit))
         event_ts = epoch_millis(millis)
@@ -111,7 +112,7 @@ class MaxwellJson(Format):
                 source_types=source_types,
                 changed=changed,
                 flags=flags,
-                tx_id=id_field(document.get("xid"), "xid"),
+                tx_id=None if transaction is None else id_field(document.get("xid"), "xid"),
                 tx_seq=whole_number(document.get("xoffset")),
                 tx_last=commit or None,
                 event_ts=event_ts,

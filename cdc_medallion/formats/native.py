@@ -11,6 +11,10 @@ The Python parser runs as an Arrow UDF that is handed NULL for every message the
 took: one projection computes the native events, and only the rest cross to Python. (A union of
 a native and a Python branch would parse every message twice.)
 
+The parse sets no session conf and reads none: on Databricks serverless (Spark Connect) a query
+function may not set one, so a message's strictness is read off `from_json`'s own corrupt-record
+column (see `strict_json`), whatever `spark.sql.json.enablePartialResults` says.
+
 Opt-in and experimental (Debezium's `native_parse` option): the events are the same, but today it
 is slower than the Python parser (bench/HISTORY.md, 2026-11-28 midday): each message repeats its
 schema, which this parse reads again per message where Python reads each distinct schema once.
@@ -35,18 +39,12 @@ if TYPE_CHECKING:
 
 NATIVE = "_native"
 FALLBACK = "_fallback"
-#: Session setting the native parses rely on: a JSON member of the wrong type (a string where
-#: an object belongs) makes its whole enclosing object NULL instead of that member alone, so the
-#: native parse sees it and hands the message to Python, which names the member.
-STRICT_JSON_CONF = {"spark.sql.json.enablePartialResults": "false"}
 
 
 def parse_hybrid(parser: Format, bronze: DataFrame) -> DataFrame:
     """Silver events: the native parse's where it answers an array, the Python parser's where NULL."""
     from cdc_medallion.formats.base import spread_over_cores
 
-    for key, value in STRICT_JSON_CONF.items():
-        bronze.sparkSession.conf.set(key, value)
     bronze_columns = [F.col(name) for name in BRONZE_SCHEMA.names]
     with_native = parser.native_events(spread_over_cores(bronze))
     python = _python_udf(parser)
@@ -86,23 +84,36 @@ def _python_udf(parser: Format) -> Callable[[Column], Column]:
 # and an object of its own: anything after its first value then breaks the JSON, or adds an
 # element or a member (counted), or closes all five arrays, which only a text with `]` five times
 # in a row (whitespace between) can do, and such a text goes to Python.
+#
+# A member of the wrong JSON type (a string where an object belongs) must hand the message to
+# Python, which names the member. How `from_json` shows one depends on the session's
+# `spark.sql.json.enablePartialResults`: the enclosing object NULL (false), or that member alone
+# (true, Spark's default), which would pass for a member the message left out. Either way it is
+# a record `from_json` could not read whole, and it writes such a record's text into the corrupt-
+# record column when the schema has one: that column, NULL for every record read whole, is the
+# test, and no session setting is needed (a query function on Spark Connect may set none).
 _DEPTH = 5
-_OPEN, _CLOSE = "[" * _DEPTH + '{"v":', "}" + "]" * _DEPTH
+_OPEN, _CLOSE = '{"w":' + "[" * _DEPTH + '{"v":', "}" + "]" * _DEPTH + "}"
 _CLOSES = "'(\\\\][ \\\\t\\\\r\\\\n]*){5}'"
+_CORRUPT = "__corrupt"
 
 
 def strict_json(text: str, object_type: str) -> str:
     """SQL parsing `text` as one JSON object of `object_type` (a struct or a map), wrapped (see
     above); read it with `whole_text`."""
-    schema = "array<" * _DEPTH + f"map<string,{object_type}>" + ">" * _DEPTH
-    options = "map('allowSingleQuotes', 'false', 'allowNonNumericNumbers', 'false')"
+    nested = "array<" * _DEPTH + f"map<string,{object_type}>" + ">" * _DEPTH
+    schema = f"struct<w: {nested}, {_CORRUPT}: string>"
+    options = (
+        "map('allowSingleQuotes', 'false', 'allowNonNumericNumbers', 'false', "
+        f"'mode', 'PERMISSIVE', 'columnNameOfCorruptRecord', '{_CORRUPT}')"
+    )
     return f"from_json(concat('{_OPEN}', {text}, '{_CLOSE}'), '{schema}', {options})"
 
 
 def whole_text(parsed: str, text: str) -> tuple[str, str]:
-    """SQL for the object `strict_json` parsed, and for whether the text was that object alone
-    (false, never NULL, for any other text)."""
-    level, alone = parsed, []
+    """SQL for the object `strict_json` parsed, and for whether the text was that object alone,
+    read whole (false, never NULL, for any other text)."""
+    level, alone = f"{parsed}.w", [f"{parsed}.{_CORRUPT} is null"]
     for _ in range(_DEPTH):
         alone.append(f"size({level}) = 1")
         level = f"get({level}, 0)"

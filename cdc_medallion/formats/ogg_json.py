@@ -26,6 +26,7 @@ from cdc_medallion.formats.json_common import (
     key_names,
     load_document,
     order_number,
+    padded,
     sequence,
     split_name,
     tombstone,
@@ -101,4 +102,4 @@ class OggJson(Format):
 def _position(pos: Any) -> str:
     """The trail position (digits, as OGG writes it) as fixed-width text; absent: empty."""
     number = order_number(pos, "pos")
-    return "" if number is None else f"{number:030d}"
+    return "" if number is None else padded(number, 30)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import decimal
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -42,6 +43,7 @@ from cdc_medallion.formats.json_common import (
     id_field,
     json_type,
     load_document,
+    padded,
     text_field,
     tombstone,
 )
@@ -57,6 +59,7 @@ from cdc_medallion.model import (
     OP_SNAPSHOT,
     OP_UPDATE,
 )
+from cdc_medallion.sqltypes import MAX_FRACTION_DIGITS, UNCONSTRAINED_DECIMAL, decimal_type
 
 OPS = {"REFRESH": OP_SNAPSHOT, "INSERT": OP_INSERT, "UPDATE": OP_UPDATE, "DELETE": OP_DELETE}
 SEQUENCE_WIDTH = 35  # YYYYMMDDHHmmSShh + a 19-digit change number
@@ -104,10 +107,10 @@ class QlikColumn:
 
     @property
     def spark_type(self) -> str:
-        if self.type == "NUMERIC":
-            if 0 < self.precision <= 38:
-                return f"decimal({self.precision},{max(0, min(self.scale, self.precision))})"
-            return "string"  # unknown or too wide for Spark: keep the exact text
+        if self.type == "NUMERIC":  # without a precision, or wider than Spark's: the exact text
+            return decimal_type(self.precision, self.scale) if self.precision else UNCONSTRAINED_DECIMAL
+        if self.type == "DATETIME" and self.scale > MAX_FRACTION_DIGITS:
+            return "string"  # nanoseconds (scale 7-9): more than a Spark timestamp keeps; exact text
         return QLIK_TYPES.get(self.type, "string")
 
     @property
@@ -679,9 +682,9 @@ def _sequence(headers: Mapping[str, Any], op: str | None, message: BronzeMessage
         if op in (OP_INSERT, OP_UPDATE, OP_DELETE):
             raise ParseError("headers.changeSequence", f"missing on a {op}: the change cannot be ordered")
         text = "0"
-    if not text.isdigit():
+    if re.fullmatch(r"[0-9]+", text) is None:
         raise ParseError("headers.changeSequence", f"expected digits, got {text[:40]!r}")
-    return f"{text.zfill(SEQUENCE_WIDTH)}|{message.position}"
+    return f"{padded(int(text), SEQUENCE_WIDTH)}|{message.position}"
 
 
 def _timestamp(value: Any, where: str) -> dt.datetime | None:

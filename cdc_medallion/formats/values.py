@@ -11,9 +11,11 @@ import base64
 import datetime as dt
 import decimal
 import json
+import math
+import re
 from typing import Any
 
-from cdc_medallion.sqltypes import wider
+from cdc_medallion.sqltypes import MAX_PRECISION, decimal_type, wider
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 EPOCH_DATE = dt.date(1970, 1, 1)
@@ -38,18 +40,31 @@ def loads(raw: bytes | str) -> Any:
     return _DECODER.decode(raw)
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
-
-
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+    """Compact JSON, non-ASCII kept; a decimal number (JSON numbers are read as `Decimal`) is
+    written as the exact number it is, never through a float (which kept 17 digits of it)."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    except TypeError:  # a Decimal inside: the rare case, written by hand
+        return _exact_json(value)
+
+
+def _exact_json(value: Any) -> str:
+    if isinstance(value, decimal.Decimal):
+        return str(value) if value.is_finite() else json.dumps(float(value))  # NaN, Infinity: as json does
+    if isinstance(value, dict):
+        members = (f"{json.dumps(str(k), ensure_ascii=False)}:{_exact_json(v)}" for k, v in value.items())
+        return "{" + ",".join(members) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_exact_json(v) for v in value) + "]"
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def text_of(value: Any) -> str | None:
-    """Canonical text of a JSON value: scalars as their literal, objects/arrays as compact JSON."""
+    """Canonical text of a JSON value: scalars as their literal, objects/arrays as compact JSON.
+
+    A number is its exact value (`decimal_text`); a float's NaN and infinities are spelled the
+    way Spark casts them, and -0.0 stays -0.0."""
     if type(value) is str:  # most values: skip the checks below
         return value
     if value is None:
@@ -58,25 +73,93 @@ def text_of(value: Any) -> str | None:
         return "true" if value else "false"
     if isinstance(value, str):
         return value
-    if isinstance(value, int | decimal.Decimal):
+    if isinstance(value, int):
         return str(value)
+    if isinstance(value, decimal.Decimal):
+        return decimal_text(value)
     if isinstance(value, float):
-        return repr(value)
+        return float_text(value)
     return dumps(value)
 
 
+# --- numbers ------------------------------------------------------------------------------------
+# A Decimal written in plain notation has `-exponent` fraction digits and `adjusted() + 1`
+# integer digits. PostgreSQL's numeric, the widest any source has, holds 131072 digits before the
+# point and 16383 after: a literal beyond those (a double written as 1E+400) is no database's
+# decimal, and is kept as written rather than spelled out in a megabyte of zeros.
+_MOST_INTEGER_DIGITS, _MOST_FRACTION_DIGITS = 131_072, 16_383
+
+
+def decimal_text(value: decimal.Decimal) -> str:
+    """A decimal number's exact text, never in exponent form: `1E-27` is
+    `0.000000000000000000000000001`, as the database prints it, and its digits are kept as given
+    (`1.50` stays `1.50`: the scale is the source's). PostgreSQL's numeric NaN and infinities are
+    spelled as Spark casts them."""
+    if not value.is_finite():
+        return "NaN" if value.is_nan() else ("Infinity" if value > 0 else "-Infinity")
+    text = str(value)
+    if "E" not in text:  # str() is already plain for most values, and C-fast
+        return text
+    exponent = value.as_tuple().exponent
+    if -exponent > _MOST_FRACTION_DIGITS or value.adjusted() >= _MOST_INTEGER_DIGITS:
+        return text
+    return f"{value:f}"
+
+
+def scaled_decimal(unscaled: int, scale: int) -> decimal.Decimal:
+    """`unscaled × 10^-scale` exactly, whatever its number of digits: built from its digits, never
+    through arithmetic in a context (the default one rounds to 28 significant digits). The digits
+    come from `Decimal(int)`, which is exact at any size (`str(int)` refuses beyond 4300 digits,
+    and PostgreSQL's numeric has 147455)."""
+    sign, digits, _ = decimal.Decimal(unscaled).as_tuple()
+    return decimal.Decimal((sign, digits, -scale))
+
+
+def decimal_from_bytes(data: bytes, scale: int) -> decimal.Decimal:
+    """Kafka Connect Decimal: big-endian two's-complement unscaled value, exact."""
+    return scaled_decimal(int.from_bytes(data, "big", signed=True), scale)
+
+
+def float_text(value: float) -> str:
+    """A float's text that Spark casts back to the same float: NaN, Infinity, -Infinity by those
+    names, -0.0 with its sign, any other the shortest text of its value (`repr`)."""
+    if value != value:  # NaN
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(value)
+
+
 def inferred_type(value: Any) -> str | None:
-    """Spark type of a JSON value when the message carries no schema (None: no evidence)."""
+    """Spark type of a JSON value when the message carries no schema (None: no evidence).
+
+    A whole number is a bigint, else a decimal(38,0), else text (a bigint would turn
+    an Oracle NUMBER(38) into a cast failure); a number with a fraction or an exponent is a
+    double: schemaless JSON cannot tell a DECIMAL from a DOUBLE, so exact decimals need their
+    column typed in conf (docs/values.md)."""
     if value is None:
         return None
+    if type(value) is int:
+        return integer_type(value)
     exact = _INFERRED.get(type(value))  # the decoder's own types, without a chain of tests
     if exact is not None:
         return exact
+    if isinstance(value, int) and not isinstance(value, bool):
+        return inferred_type(int(value))
     return next((name for kind, name in _INFERRED.items() if isinstance(value, kind)), "string")
 
 
-# Order matters for subclasses: a bool is also an int.
-_INFERRED = {bool: "boolean", int: "bigint", decimal.Decimal: "double", float: "double", str: "string"}
+# Order matters for subclasses: a bool is also an int (whose type depends on its size: above).
+_INFERRED = {bool: "boolean", decimal.Decimal: "double", float: "double", str: "string"}
+
+
+def integer_type(value: int) -> str:
+    """A whole number's Spark type: bigint, else decimal(38,0) (one type for every integer beyond
+    a bigint that a Spark decimal holds, so that a column's type does not change from value to
+    value), else text."""
+    if -(2**63) <= value < 2**63:
+        return "bigint"
+    return decimal_type(MAX_PRECISION, 0) if abs(value) < 10**MAX_PRECISION else "string"
 
 
 def widen(current: str | None, new: str | None) -> str | None:
@@ -89,26 +172,88 @@ def widen(current: str | None, new: str | None) -> str | None:
     return wider(current, new) or "string"
 
 
-def timestamp_text(value: dt.datetime) -> str:
-    """UTC timestamp text Spark casts exactly (microseconds kept)."""
+# --- times --------------------------------------------------------------------------------------
+NANOS = 1_000_000_000
+_DAY_SECONDS = 86_400
+
+
+def date_text(days: int) -> str:
+    """A date from days since 1970-01-01 (proleptic Gregorian, as Spark's DATE): `0001-01-01` to
+    `9999-12-31`; beyond those years a ValueError naming the range (Spark casts no other text)."""
+    try:
+        return (EPOCH_DATE + dt.timedelta(days=days)).isoformat()
+    except OverflowError:
+        raise ValueError(f"{days} days from 1970-01-01 is outside years 1-9999") from None
+
+
+def epoch_timestamp_text(amount: int, per_second: int) -> str:
+    """UTC timestamp text of `amount` units (`per_second` of them a second: 1000 for
+    milliseconds, 10**6, 10**9) since the epoch, by integer arithmetic: nothing is rounded.
+    The fraction is 6 digits when the time is whole microseconds (and not whole seconds), 9 when
+    it has nanoseconds; years 1-9999 (a ValueError beyond)."""
+    seconds, part = divmod(amount, per_second)
+    days, second_of_day = divmod(seconds, _DAY_SECONDS)
+    hour, rest = divmod(second_of_day, 3600)
+    return f"{date_text(days)} {hour:02d}:{rest // 60:02d}:{rest % 60:02d}{_fraction(part * NANOS // per_second)}"
+
+
+def _fraction(nanos: int) -> str:
+    if not nanos:
+        return ""
+    return f".{nanos // 1000:06d}" if nanos % 1000 == 0 else f".{nanos:09d}"
+
+
+def timestamp_text(value: dt.datetime, nanos: int | None = None) -> str:
+    """UTC timestamp text Spark casts exactly (microseconds kept; with `nanos`, the nanoseconds
+    of the second, which replace the datetime's microseconds)."""
     if value.tzinfo is not None:
         value = value.astimezone(dt.UTC).replace(tzinfo=None)
-    return value.isoformat(sep=" ")
+    if nanos is None:
+        return value.isoformat(sep=" ")
+    return value.replace(microsecond=0).isoformat(sep=" ") + _fraction(nanos)
 
 
-def time_text(micros: int) -> str:
-    """Time of day from microseconds since midnight (Spark has no TIME type here: kept as text)."""
-    seconds, micro = divmod(int(micros), 1_000_000)
+def time_text(amount: int, per_second: int = 1_000_000) -> str:
+    """A time of day, or a signed duration (MySQL's TIME runs from -838:59:59 to 838:59:59), from
+    `amount` units (`per_second` of them a second) as the database prints it: a sign for a
+    negative value, hours of two or more digits, and the fraction without trailing zeros
+    (`-838:59:59`, `24:00:00`, `12:30:00.5`). Spark has no TIME type: gold keeps this text."""
+    seconds, part = divmod(abs(amount), per_second)
     minutes, second = divmod(seconds, 60)
     hour, minute = divmod(minutes, 60)
-    text = f"{hour:02d}:{minute:02d}:{second:02d}"
-    return f"{text}.{micro:06d}" if micro else text
+    text = f"{'-' if amount < 0 else ''}{hour:02d}:{minute:02d}:{second:02d}"
+    if part:
+        text += "." + f"{part * NANOS // per_second:09d}".rstrip("0")
+    return text
 
 
-def decimal_from_bytes(data: bytes, scale: int) -> decimal.Decimal:
-    """Kafka Connect Decimal: big-endian two's-complement unscaled value."""
-    unscaled = int.from_bytes(data, "big", signed=True)
-    return decimal.Decimal(unscaled).scaleb(-scale)
+_ZONED = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s*(Z|[+-]\d{2}(?::?\d{2}(?::?\d{2})?)?)?"
+)
+
+
+def zoned_timestamp_text(text: str) -> str:
+    """An ISO-8601 timestamp with an offset (`2020-05-13T15:40:06.123456789+08:00`, `...Z`; none:
+    UTC) as UTC timestamp text, its fraction of 1-9 digits kept to the nanosecond (Python's
+    `fromisoformat` would cut it to microseconds). A ValueError for anything else."""
+    match = _ZONED.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"not an ISO-8601 timestamp: {text[:60]!r}")
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    nanos = int((match.group(7) or "0").ljust(9, "0"))
+    local = dt.datetime(year, month, day, hour, minute, second, tzinfo=_offset(match.group(8)))
+    try:
+        return timestamp_text(local, nanos)
+    except OverflowError:
+        raise ValueError(f"{text[:60]!r} in UTC is outside years 1-9999") from None
+
+
+def _offset(zone: str | None) -> dt.tzinfo:
+    if zone in (None, "Z"):
+        return dt.UTC
+    digits = zone[1:].replace(":", "")
+    delta = dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:4] or 0), seconds=int(digits[4:6] or 0))
+    return dt.timezone(-delta if zone[0] == "-" else delta)
 
 
 def b64decode(text: str) -> bytes:

@@ -40,7 +40,7 @@ class Column:
             return rnd.randint(-(2**40), 2**50)
         if kind.startswith("decimal"):
             scale = int(kind.split(",")[1].rstrip(")"))
-            return decimal.Decimal(rnd.randint(-(10**9), 10**9)).scaleb(-scale)
+            return decimal.Decimal(f"{rnd.randint(-(10**9), 10**9)}E-{scale}")  # exact, not in a 28-digit context
         if kind == "double":
             return round(rnd.uniform(-1e6, 1e6), 6)
         if kind == "boolean":

@@ -6,6 +6,7 @@ A temporary view turns the table's change events into typed columns plus `__op`,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from functools import lru_cache
 
@@ -41,13 +42,19 @@ IMAGE = "__image"  # a working column of `changes`, not in its output
 
 
 _TRUE, _FALSE = "('true', 't', '1', 'y', 'yes')", "('false', 'f', '0', 'n', 'no')"
+_DECIMAL = re.compile(r"decimal\((\d+),(\d+)\)")
+# A number in exponent form (`1.5E+3`): its digits before and after the point, and the exponent.
+_EXPONENT_FORM = "'^ *[+-]?([0-9]*)(?:[.]([0-9]*))?[eE]([+-]?[0-9]+) *$'"
 
 
 def typed(value: str, spark_type: str) -> str:
     """Canonical text -> typed value (SQL); NULL when it does not convert (a cast failure, which
     `values_cast` in gold.yml quarantines by default).
 
-    The type is re-spelled by Spark's own parser, so conf text never reaches SQL as written.
+    A value the type cannot hold exactly does not convert either: Spark's cast would round a
+    decimal to the column's scale (`1.005` in DECIMAL(9,2) is 1.01), cut a timestamp's
+    nanoseconds and a date's time of day, all without a word. The type is re-spelled by Spark's
+    own parser, so conf text never reaches SQL as written.
     """
     kind = _type_sql(spark_type.strip())
     if kind == "binary":
@@ -56,7 +63,29 @@ def typed(value: str, spark_type: str) -> str:
         return f"CASE WHEN lower({value}) IN {_TRUE} THEN true WHEN lower({value}) IN {_FALSE} THEN false END"
     if kind == "string":
         return value
-    return f"try_cast({value} AS {kind})"
+    cast = f"try_cast({value} AS {kind})"
+    decimal = _DECIMAL.fullmatch(kind)
+    if decimal is not None:
+        return f"CASE WHEN {_within_scale(value, int(decimal[2]))} THEN {cast} END"
+    if kind in ("timestamp", "timestamp_ntz"):
+        return f"CASE WHEN NOT {value} rlike '[.][0-9]{{6}}[0-9]*[1-9]' THEN {cast} END"  # no nanoseconds
+    if kind == "date":
+        return f"CASE WHEN try_cast({value} AS timestamp_ntz) = CAST({cast} AS timestamp_ntz) THEN {cast} END"
+    return cast
+
+
+def _within_scale(value: str, scale: int) -> str:
+    """SQL: whether a number's text has no significant digit beyond `scale` fraction digits (its
+    trailing zeros are not significant; in exponent form the exponent moves the point)."""
+    plain = f"NOT {value} rlike '[.][0-9]{{{scale}}}[0-9]*[1-9]'"
+    whole, fraction = (f"regexp_extract({value}, {_EXPONENT_FORM}, {group})" for group in (1, 2))
+    exponent = f"try_cast(regexp_extract({value}, {_EXPONENT_FORM}, 3) AS bigint)"
+    digits = f"concat({whole}, {fraction})"
+    significant = f"regexp_replace({digits}, '0+$', '')"
+    # digits after the point = fraction digits - exponent - the trailing zeros dropped
+    after_point = f"length({fraction}) - {exponent} - (length({digits}) - length({significant}))"
+    exponent_form = f"({significant} = '' OR {after_point} <= {scale})"
+    return f"(CASE WHEN {value} rlike '[eE]' THEN {exponent_form} ELSE {plain} END)"
 
 
 @lru_cache(maxsize=1024)

@@ -128,7 +128,7 @@ def heartbeat_lag(path: Path) -> list[HeartbeatLag]:
         beats = timed[source]
         latest, latest_lag = max(beats, key=lambda beat: beat[0])
         lags = [lag for _, lag in beats if lag is not None]
-        local = latest.astimezone().replace(tzinfo=None)  # as Spark gives a TIMESTAMP
+        local = delta_rs.local_time(latest)  # as Spark gives a TIMESTAMP
         found.append(HeartbeatLag(source, len(beats), local, latest_lag, max(lags) if lags else None))
     for source, count in without_time.items():
         found.append(HeartbeatLag(source or "?", count, None, None, None))

@@ -1,4 +1,5 @@
-"""After a local run: the accounting and the Great Expectations suites, recorded in the event log.
+"""After a local run: the accounting, the stale keys and the Great Expectations suites, recorded
+in the event log.
 
 `run_quality_checks` is what `run_pipeline(..., quality=True)` (and so `cdc-medallion run`)
 calls once its updates are done. Results go to the event log as `quality_check` events of the
@@ -18,14 +19,17 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cdc_medallion.config import PipelineConf, TableConf
+from cdc_medallion.declarative.definitions import Action
 from cdc_medallion.identifiers import dataset_name
 from cdc_medallion.layers import bronze_name, silver_name
 from cdc_medallion.model import KIND_HEARTBEAT, KIND_SCHEMA_CHANGE
 from cdc_medallion.quality.accounting import SourceAccounting, account_source
-from cdc_medallion.quality.events import QUALITY_CHECK, Check
+from cdc_medallion.quality.events import QUALITY_CHECK, Check, StaleKeys, latest_stale_keys
+from cdc_medallion.quality.rules import StaleKeysCheck, stale_keys_check
 from cdc_medallion.storage.delta_store import SYSTEM_DIR, DeltaStore
 
 ACCOUNTING = "accounting"
+STALE_KEYS = "stale_keys"
 SCHEMA_CHANGES, HEARTBEATS = "silver_schema_changes", "silver_heartbeats"
 
 
@@ -86,6 +90,35 @@ def accounting_checks(result: SourceAccounting) -> list[Check]:
             "(counted once, through bronze_ref and related_refs).",
         )
     ]
+
+
+def stale_keys_checks(store: DeltaStore, setting: StaleKeysCheck) -> list[Check]:
+    """One check per gold table the event log gives a stale-keys figure for (its latest): it
+    fails (or warns, as gold.yml's `stale_keys` says) while the table has stale keys."""
+    if not store.exists(f"{SYSTEM_DIR}/event_log"):
+        return []
+    figures = latest_stale_keys(store.read(f"{SYSTEM_DIR}/event_log"))
+    return [stale_keys_check_of(dataset, stale, setting) for dataset, stale in sorted(figures.items())]
+
+
+def stale_keys_check_of(dataset: str, stale: StaleKeys, setting: StaleKeysCheck) -> Check:
+    observed = f"{stale.keys} stale key(s)"
+    if stale.unplaced:
+        observed += f", {stale.unplaced} of them quarantined changes with no key or sequence"
+    if stale.samples:
+        observed += f"; e.g. {', '.join(stale.samples)}"
+    return Check(
+        suite=STALE_KEYS,
+        dataset=dataset,
+        name="keys_follow_the_source",
+        success=stale.keys == 0,
+        severity="error" if setting.action is Action.FAIL else "warn",
+        observed=observed,
+        expected="no key left stale by a quarantined change",
+        failed=stale.keys,
+        description="A quarantined change of a key leaves its current state behind the source until a "
+        "whole image, a delete or a truncate at a higher sequence (docs/quality.md).",
+    )
 
 
 def gx_inputs(store: DeltaStore, conf: PipelineConf, tables: Iterable[TableConf], logged: dict) -> list:
@@ -166,6 +199,16 @@ def run_quality_checks(
             },
             dataset=source.name,
             level="INFO" if accounted.balanced else "WARN",
+        )
+    stale = stale_keys_checks(store, stale_keys_check(conf.expectations))
+    result.checks.extend(stale)
+    for check in stale:
+        log.emit(
+            QUALITY_CHECK,
+            f"stale keys of {check.dataset}: {check.observed}",
+            {QUALITY_CHECK: {"suite": STALE_KEYS, "checks": [check.as_dict()]}},
+            dataset=check.dataset,
+            level="INFO" if check.success else "WARN",
         )
     if great_expectations:
         from cdc_medallion.quality.suites import SUITE, run_suites

@@ -9,7 +9,10 @@ quarantine pattern reports quarantine rules under `<dataset>__checked` and the q
 as the output of `<dataset>_quarantine`; both are folded back into `<dataset>` here.
 
 `quality_check` events are ours: the accounting and the Great Expectations suites run after a
-local update, recorded under that update so the report can trend them.
+local update, recorded under that update so the report can trend them. So is `data_quality`'s
+`stale_keys` (with `stale_unplaced` and `stale_samples`) in a gold flow's `flow_progress`: how
+many keys of its target a quarantined change left stale after the batch (`runner/stale_keys.py`),
+a state rather than a count of the batch, so the latest figure holds.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 QUALITY_CHECK = "quality_check"
+#: `flow_progress.data_quality` of a gold flow: stale keys after its batch, of which quarantined
+#: changes with no key or no sequence, and a few stale keys as JSON objects.
+STALE_KEYS, STALE_UNPLACED, STALE_SAMPLES = "stale_keys", "stale_unplaced", "stale_samples"
 EVENT_TYPES = ("create_update", "update_progress", "flow_progress", QUALITY_CHECK)
 CHECKED_SUFFIX = "__checked"
 QUARANTINE_SUFFIX = "_quarantine"
@@ -34,6 +40,27 @@ class DatasetRun:
     output_rows: int = 0
     dropped: int = 0
     quarantined: int | None = None
+    stale: StaleKeys | None = None  # a gold table's stale keys after its last batch of the update
+
+
+@dataclass(frozen=True)
+class StaleKeys:
+    """Keys of a gold table whose current state no longer follows the source, as a flow logged them."""
+
+    keys: int  # quarantined changes with no key or no sequence included
+    unplaced: int = 0
+    samples: tuple[str, ...] = ()
+
+    @classmethod
+    def from_quality(cls, quality: dict[str, Any]) -> StaleKeys | None:
+        """From a `flow_progress.data_quality` object (None: it holds no figure)."""
+        if quality.get(STALE_KEYS) is None:
+            return None
+        samples = tuple(str(s) for s in quality.get(STALE_SAMPLES) or ())
+        return cls(_int(quality.get(STALE_KEYS)), _int(quality.get(STALE_UNPLACED)), samples)
+
+    def as_quality(self) -> dict[str, Any]:
+        return {STALE_KEYS: self.keys, STALE_UNPLACED: self.unplaced, STALE_SAMPLES: list(self.samples)}
 
 
 @dataclass
@@ -193,6 +220,8 @@ def _fold_flow(
     run.dropped += _int(quality.get("dropped_records"))
     if "quarantined_records" in quality:
         run.quarantined = (run.quarantined or 0) + _int(quality.get("quarantined_records"))
+    if (stale := StaleKeys.from_quality(quality)) is not None:  # events come in time order: the latest holds
+        run.stale = stale
     flow = (name, row.get("flow_name") or dataset)
     for item in quality.get("expectations") or []:
         target = base_dataset(item.get("dataset") or name)
@@ -209,3 +238,19 @@ def _fold_check(update: Update, check: dict[str, Any]) -> None:
     for item in check.get("checks") or []:
         known = {k: item.get(k) for k in Check.__dataclass_fields__ if k in item}
         update.checks.append(Check(**known))
+
+
+def latest_stale_keys(events: DataFrame) -> dict[str, StaleKeys]:
+    """Each gold table's stale keys as its latest `flow_progress` gave them, over the whole log
+    (a table may have had no batch for many updates: its figure still holds)."""
+    quality = F.get_json_object("details", "$.flow_progress.data_quality")
+    figures = (
+        events.filter(F.col("event_type") == "flow_progress")
+        .select(F.col("origin.dataset_name").alias("dataset"), "timestamp", quality.alias("quality"))
+        .filter(F.get_json_object("quality", f"$.{STALE_KEYS}").isNotNull())
+        .groupBy("dataset")
+        .agg(F.max_by("quality", "timestamp").alias("quality"))
+        .collect()
+    )
+    found = {row["dataset"]: StaleKeys.from_quality(json.loads(row["quality"])) for row in figures}
+    return {dataset: stale for dataset, stale in found.items() if stale is not None}

@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from cdc_medallion.model import bronze_ref_column
 from cdc_medallion.quality import charts
 from cdc_medallion.quality.accounting import LABELS, OUTCOMES, SourceAccounting
-from cdc_medallion.quality.events import Check, DatasetRun, ExpectationRun, Update, read_event_log
+from cdc_medallion.quality.events import Check, DatasetRun, ExpectationRun, StaleKeys, Update, read_event_log
 from cdc_medallion.quality.rendering import render
 
 RAW_LIMIT = 600
@@ -91,10 +91,7 @@ def quarantine_reasons(
             )
             if ref:
                 picked = picked.orderBy(ref)
-            samples = [
-                quarantine_sample(sample.asDict(recursive=True), ref)
-                for sample in picked.limit(SAMPLES_PER_REASON).collect()
-            ]
+            samples = [quarantine_sample(sample, ref) for sample in spark_rows(picked.limit(SAMPLES_PER_REASON))]
             reasons.append(QuarantineReason(dataset, rule, int(row["count"]), samples))
     reasons.sort(key=lambda r: (-r.count, r.dataset, r.rule))
     if bronze:
@@ -144,7 +141,7 @@ def _raw_from_bronze(reasons: list[QuarantineReason], bronze: list[DataFrame]) -
 def heartbeat_lag(heartbeats: DataFrame) -> list[HeartbeatLag]:
     """Per source: heartbeats seen, the latest one's lag (ingest_ts - event_ts) and the largest."""
     lag = F.col("ingest_ts").cast("double") - F.col("event_ts").cast("double")
-    rows = (
+    rows = spark_rows(
         heartbeats.filter(F.col("event_ts").isNotNull())
         .groupBy(F.coalesce("source_name", F.lit("?")).alias("source"))
         .agg(
@@ -154,13 +151,21 @@ def heartbeat_lag(heartbeats: DataFrame) -> list[HeartbeatLag]:
             F.max(lag).alias("max_lag"),
         )
         .orderBy("source")
-        .collect()
     )
     without_time = heartbeats.filter(F.col("event_ts").isNull()).groupBy("source_name").count().collect()
     found = [HeartbeatLag(r["source"], r["n"], r["latest"], r["latest_lag"], r["max_lag"]) for r in rows]
     for r in without_time:
         found.append(HeartbeatLag(r["source_name"] or "?", r["count"], None, None, None))
     return found
+
+
+def spark_rows(df: DataFrame) -> list[dict[str, Any]]:
+    """A small DataFrame's rows as `delta_rs.python_rows` gives a JVM-free read's, through Arrow:
+    `collect()` turns a TIMESTAMP into a datetime by `fromtimestamp`, which fails on the first
+    day of year 1 (and outside 1-9999 in local time), and gives binary as bytearray."""
+    from cdc_medallion.storage.delta_rs import python_rows
+
+    return python_rows(df.toArrow())
 
 
 def table_state_from_storage(storage: Path, spark: Any = None) -> TableState:
@@ -223,6 +228,7 @@ class UpdateHeader:
     failed_checks: int
     warnings: int
     unbalanced: list[str] | None = None  # sources whose accounting does not add up; None: not shown
+    stale_tables: int | None = None  # gold tables with stale keys; None: no table logged a figure
 
 
 @dataclass
@@ -280,6 +286,15 @@ class LayerRow:
     tables: int
     rows: int
     largest: list[tuple[str, int]]
+
+
+@dataclass
+class StaleRow:
+    """A gold table's stale keys, as the latest update (up to the page's) that logged them."""
+
+    dataset: str
+    update: Update
+    stale: StaleKeys
 
 
 @dataclass
@@ -366,6 +381,17 @@ def _expectations(updates: list[Update], upto: int, latest_per_dataset: bool = F
     return ExpectationsView(latest_per_dataset, datasets, expectations)
 
 
+def _stale(updates: list[Update], upto: int) -> list[StaleRow]:
+    """Each gold table's stale keys from the latest update up to `upto` whose flows logged a
+    figure (a batch that changed nothing there logs none; the figure before it holds)."""
+    found: dict[str, tuple[Update, StaleKeys]] = {}
+    for update in updates[: upto + 1]:
+        for name, run in update.datasets.items():
+            if run.stale is not None:
+                found[name] = (update, run.stale)
+    return [StaleRow(name, update, stale) for name, (update, stale) in sorted(found.items())]
+
+
 def _checks(checks: list[Check], docs_href: str | None) -> ChecksView:
     order = sorted(checks, key=lambda c: (c.success, c.severity != "error", c.suite, c.dataset, c.name))
     failing = [c for c in order if not c.success]
@@ -433,7 +459,9 @@ def _runs(updates: list[Update]) -> list[RunRow]:
     ]
 
 
-def _header(update: Update | None, state: TableState | None) -> UpdateHeader | None:
+def _header(
+    update: Update | None, state: TableState | None, stale: list[StaleRow] | None = None
+) -> UpdateHeader | None:
     if update is None:
         return None
     header = UpdateHeader(
@@ -446,6 +474,8 @@ def _header(update: Update | None, state: TableState | None) -> UpdateHeader | N
     )
     if state is not None and state.accounting is not None:
         header.unbalanced = [a.source for a in state.accounting if not a.balanced]
+    if stale:
+        header.stale_tables = sum(1 for row in stale if row.stale.keys)
     return header
 
 
@@ -464,10 +494,12 @@ def render_index(updates: list[Update], state: TableState | None, title: str, do
         current.checks = updates[-1].checks
         for update in updates:
             current.expectations.update(update.expectations)
+    stale = _stale(updates, latest)
     return render(
         "index.html.j2",
         title=title,
-        header=_header(current, state if state.accounting is not None else None),
+        header=_header(current, state if state.accounting is not None else None, stale),
+        stale=stale,
         docs_href=docs_href,
         accounting=_accounting(accounting, state_label),
         trends=_overview(updates, latest) if updates else [],
@@ -489,11 +521,13 @@ def render_update(updates: list[Update], index: int, title: str, docs_href: str 
     """One update: its expectations and checks, with the trend up to it."""
     update = updates[index]
     recorded = [SourceAccounting.from_dict(raw) for raw in update.accounting]
+    stale = _stale(updates, index)
     return render(
         "update.html.j2",
         title=title,
         update=update,
-        header=_header(update, None),
+        header=_header(update, None, stale),
+        stale=stale,
         previous=updates[index - 1] if index > 0 else None,
         next=updates[index + 1] if index + 1 < len(updates) else None,
         trends=_overview(updates, index),

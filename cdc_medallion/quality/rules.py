@@ -37,11 +37,36 @@ class Rule(NullMeansAbsent):
     description: str = ""
 
 
+def _warn_or_fail(action: Action) -> Action:
+    if action not in (Action.WARN, Action.FAIL):
+        raise ValueError(f"must be warn or fail, got {action.value!r}")
+    return action
+
+
+class StaleKeysCheck(NullMeansAbsent):
+    """`stale_keys:` in gold.yml: what a gold table with keys a quarantined change left stale is
+    to the quality checks (`runner/stale_keys.py` says when a key is stale): a failed check
+    (`fail`, the default) or a warning (`warn`)."""
+
+    action: Annotated[Action, AfterValidator(_warn_or_fail)] = Action.FAIL
+    description: str = ""
+
+
 class RuleFile(NullMeansAbsent):
     """An `expectations/*.yml` file."""
 
     description: str = ""
     rules: tuple[Rule, ...] = ()
+
+
+class GoldRuleFile(RuleFile):
+    """gold.yml, the one file that also says what stale keys are to the checks: a `stale_keys`
+    key in any other file is a mistake, named as one."""
+
+    stale_keys: StaleKeysCheck = StaleKeysCheck()
+
+
+GOLD_RULES = "gold"  # gold.yml: the rules of every table's change feed, and `stale_keys`
 
 
 def _load_file(file: Path) -> list[tuple[Expectation, Path]]:
@@ -59,8 +84,30 @@ def _load_version(file: Path, _mtime_ns: int, _size: int) -> tuple[tuple[Expecta
         name = item.get("name") if isinstance(item, dict) else None
         if isinstance(name, str):  # a person looks a rule up by its name, not by counting
             check(Rule, item, f"{file}: rule {name!r}", at=f"rules[{i}]")
-    loaded = check(RuleFile, raw, str(file))
+    loaded = _rule_file(file, _mtime_ns, _size)
     return tuple((Expectation(r.name, r.constraint, r.action, r.description), file) for r in loaded.rules)
+
+
+def stale_keys_check(folder: Path | None) -> StaleKeysCheck:
+    """The `stale_keys` setting of `<folder>/gold.yml` (the default where there is none)."""
+    file = folder / f"{GOLD_RULES}.yml" if folder is not None else None
+    if file is None or not file.is_file():
+        return StaleKeysCheck()
+    stat = file.stat()
+    loaded = _rule_file(file, stat.st_mtime_ns, stat.st_size)
+    assert isinstance(loaded, GoldRuleFile)
+    return loaded.stale_keys
+
+
+def read_rule_file(file: Path) -> RuleFile:
+    """A rule file read and checked: gold.yml as a `GoldRuleFile`, any other as a `RuleFile`."""
+    model = GoldRuleFile if file.name == f"{GOLD_RULES}.yml" else RuleFile
+    return check(model, load_yaml(file) or {}, str(file))
+
+
+@lru_cache(maxsize=64)
+def _rule_file(file: Path, _mtime_ns: int, _size: int) -> RuleFile:
+    return read_rule_file(file)
 
 
 def load_rules(folder: Path | None, layer: str, fmt: str | None, schema: StructType) -> tuple[Expectation, ...]:

@@ -43,7 +43,6 @@ from pyspark.sql.types import (
 )
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
-from cdc_medallion.errors import GraphError
 from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import quote
 from cdc_medallion.runner.event_columns import (
@@ -79,18 +78,7 @@ def _expr(value: str | Column | None, default: bool = False) -> Column:
 
 
 def data_columns(flow: AutoCdcFlow, source_columns: list[str]) -> list[str]:
-    if flow.column_list is not None:
-        missing = [c for c in flow.column_list if c not in source_columns]
-        if missing:
-            raise GraphError(f"auto CDC flow {flow.name}: column_list names unknown columns {missing}")
-        columns = list(flow.column_list)
-    else:
-        excluded = set(flow.except_column_list or ())
-        columns = [c for c in source_columns if c not in excluded]
-    for key in flow.keys:
-        if key not in columns:
-            raise GraphError(f"auto CDC flow {flow.name}: key {key!r} is not among the columns {columns}")
-    return columns
+    return flow.data_columns(source_columns)
 
 
 def tracked_columns(flow: AutoCdcFlow, columns: list[str]) -> list[str]:
@@ -158,7 +146,7 @@ class ChangeBatch:
     def prepare(cls, store: DeltaStore, flow: AutoCdcFlow, batch: DataFrame) -> ChangeBatch | None:
         """The batch's events, cached until `release` (None, and nothing cached, when it has none)."""
         columns = data_columns(flow, batch.columns)
-        events = _events(flow, batch, columns).persist()
+        events = change_events(flow, batch, columns).persist()
         summary = _summary(flow, events, columns)
         if summary.events == 0:
             events.unpersist()
@@ -216,15 +204,20 @@ class FeedState:
             self.store.append(self.tombstones_name, tombstones, txn, {"layer": "state"})
 
 
+def is_partial(flow: AutoCdcFlow, columns: list[str]) -> Column:
+    """Whether an event (of `change_events`) is an upsert whose image lacks a value column, which
+    then keeps its value from the key's earlier events."""
+    values = [c for c in columns if c not in flow.keys]
+    lacking = F.array_except(F.array(*[F.lit(c) for c in values]), F.col(PRESENT)) if values else F.array()
+    return ~F.col(TRUNCATE) & ~F.col(DELETE) & F.col(PRESENT).isNotNull() & (F.size(lacking) > 0)
+
+
 def _summary(flow: AutoCdcFlow, events: DataFrame, columns: list[str]) -> Summary:
     """One job: how many events, deletes, truncates and partial images, about how many keys, and
     each orderable key's range (which narrows the MERGEs to the target files that may hold the
     batch's keys)."""
     is_row = ~F.col(TRUNCATE)
     keys = list(flow.keys)
-    values = [c for c in columns if c not in keys]
-    lacking = F.array_except(F.array(*[F.lit(c) for c in values]), F.col(PRESENT)) if values else F.array()
-    is_partial = is_row & ~F.col(DELETE) & F.col(PRESENT).isNotNull() & (F.size(lacking) > 0)
     ranged = [k for k in keys if isinstance(events.schema[k].dataType, _RANGED)]
     aggregates = [
         F.count(F.lit(1)).alias("events"),
@@ -232,7 +225,7 @@ def _summary(flow: AutoCdcFlow, events: DataFrame, columns: list[str]) -> Summar
         F.count(F.when(is_row & F.col(DELETE), 1)).alias("deletes"),
         # Only chooses a join strategy: an estimate spares the two shuffles of an exact count.
         F.approx_count_distinct(F.when(is_row, F.struct(*[F.col(quote(k)) for k in keys]))).alias("keys"),
-        F.count(F.when(is_partial, 1)).alias("partial"),
+        F.count(F.when(is_partial(flow, columns), 1)).alias("partial"),
     ]
     for i, key in enumerate(ranged):
         value = F.when(is_row, F.col(quote(key)))
@@ -247,7 +240,9 @@ def _summary(flow: AutoCdcFlow, events: DataFrame, columns: list[str]) -> Summar
     return Summary(row["events"], row["truncates"], row["deletes"], row["keys"], ranges, row["partial"])
 
 
-def _events(flow: AutoCdcFlow, batch: DataFrame, columns: list[str]) -> DataFrame:
+def change_events(flow: AutoCdcFlow, batch: DataFrame, columns: list[str]) -> DataFrame:
+    """The flow's events of `batch`: its `columns`, SEQ, DELETE, TRUNCATE and PRESENT (the value
+    columns the image carries; NULL: all), events without a sequence left out."""
     if flow.present_columns_column:
         present = F.col(flow.present_columns_column)
     elif flow.ignore_null_updates:

@@ -24,8 +24,10 @@ from pyspark.sql import functions as F
 
 from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow, Dataset, Flow
 from cdc_medallion.faults import commit_point
+from cdc_medallion.quality.events import StaleKeys
 from cdc_medallion.runner import expectations as exp
-from cdc_medallion.runner.auto_cdc import ApplyResult, AutoCdcApplier, ChangeBatch, feed_spec
+from cdc_medallion.runner.auto_cdc import ApplyResult, AutoCdcApplier, ChangeBatch, FeedState, feed_spec
+from cdc_medallion.runner.stale_keys import StaleKeyState
 from cdc_medallion.storage.delta_store import Txn
 
 if TYPE_CHECKING:
@@ -99,23 +101,24 @@ class BatchWriter:
             return
         cached = batch.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            rows, reports = self._view_rows(cached, txn)
+            rows, reports, quarantined = self._view_rows(cached, txn)
             if isinstance(self.flows[0], AutoCdcFlow):
-                self._apply_auto_cdc(rows, reports, txn, started)
+                self._apply_auto_cdc(rows, reports, txn, started, quarantined)
             else:
                 self._append(self.flows[0], rows, reports, txn, started)
         finally:
             cached.unpersist()
 
-    def _view_rows(self, batch: DataFrame, txn: Txn) -> tuple[DataFrame, list[exp.ExpectationReport]]:
+    def _view_rows(self, batch: DataFrame, txn: Txn) -> tuple[DataFrame, list[exp.ExpectationReport], DataFrame | None]:
         """The batch's rows that pass the expectations of the view it read, if that view has any;
-        its quarantined rows go to the view's quarantine table."""
+        its quarantined rows go to the view's quarantine table, and are returned too (None: none)."""
         view = self.checked_view
         if view is None:
-            return batch, []
+            return batch, [], None
         split = exp.split(batch, view.expectations, view.name)
         self._quarantine(view.name, split, txn)
-        return split.valid, [split.report]
+        quarantined = split.quarantine if split.report.quarantined else None
+        return split.valid, [split.report], quarantined
 
     def _quarantine(self, dataset: str, split: exp.Split, txn: Txn) -> None:
         if split.quarantine is None or not split.report.quarantined:  # no empty quarantine tables
@@ -169,15 +172,23 @@ class BatchWriter:
         )
         self.runner.log_flow(flow, report.dataset, report.kept, [report, *reports], {})
 
-    def _apply_auto_cdc(self, rows: DataFrame, reports: list[exp.ExpectationReport], txn: Txn, started: float) -> None:
+    def _apply_auto_cdc(
+        self,
+        rows: DataFrame,
+        reports: list[exp.ExpectationReport],
+        txn: Txn,
+        started: float,
+        quarantined: DataFrame | None,
+    ) -> None:
         """The flows that turn the batch into the same events (gold's SCD1 and SCD2 of a table)
-        prepare them once and write their tombstones once; then each flow applies them in a
-        thread of its own, with a session of its own (the settings that make its MERGE
-        idempotent are a session's): a flow's Spark jobs are mostly waiting, so they overlap."""
+        prepare them once and write their tombstones and stale keys once; then each flow applies
+        them in a thread of its own, with a session of its own (the settings that make its MERGE
+        idempotent are a session's): a flow's Spark jobs are mostly waiting, so they overlap.
+        `quarantined`: the rows of the batch the view quarantined."""
         cached = rows.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             for flows in _by_feed(self.flows, self.results):
-                self._apply_feed(flows, cached, reports, txn, started)
+                self._apply_feed(flows, cached, reports, txn, started, quarantined)
         finally:
             cached.unpersist()
 
@@ -188,21 +199,25 @@ class BatchWriter:
         reports: list[exp.ExpectationReport],
         txn: Txn,
         started: float,
+        quarantined: DataFrame | None,
     ) -> None:
         store = self.runner.store
         change = ChangeBatch.prepare(store, flows[0][0], rows)
-        if change is None:  # nothing for these flows in this batch
+        stale_keys = self._stale_keys(flows, change)
+        if change is None:  # nothing for these flows in this batch but, maybe, what it quarantined
+            stale = stale_keys.update(None, quarantined, txn) if stale_keys is not None else None
             for flow, result in flows:
-                self._applied(flow, result, ApplyResult(), reports, started)
+                self._applied(flow, result, ApplyResult(), reports, started, stale)
             return
         try:
             change.state.write(change, txn)
+            stale = stale_keys.update(change, quarantined, txn) if stale_keys is not None else None
             if len(flows) == 1:
-                self._apply_one(flows[0][0], flows[0][1], change, reports, txn, started, rows.sparkSession)
+                self._apply_one(flows[0][0], flows[0][1], change, reports, txn, started, rows.sparkSession, stale)
                 return
             with ThreadPoolExecutor(max_workers=len(flows)) as pool:
                 running = [
-                    pool.submit(self._apply_one, flow, result, change, reports, txn, started, None)
+                    pool.submit(self._apply_one, flow, result, change, reports, txn, started, None, stale)
                     for flow, result in flows
                 ]
                 for future in running:
@@ -219,12 +234,25 @@ class BatchWriter:
         txn: Txn,
         started: float,
         session: SparkSession | None,
+        stale: StaleKeys | None,
     ) -> None:
         dataset = self.runner.graph.dataset(flow.target)
         properties = {**dataset.table_properties, "scd_type": str(flow.stored_as_scd_type)}
         session = session or change.rows.sparkSession.newSession()
         applied = AutoCdcApplier(self.runner.store, flow, properties).apply(change, txn, session)
-        self._applied(flow, result, applied, reports, started)
+        self._applied(flow, result, applied, reports, started, stale)
+
+    def _stale_keys(
+        self, flows: list[tuple[AutoCdcFlow, FlowResult]], change: ChangeBatch | None
+    ) -> StaleKeyState | None:
+        """The stale keys of these flows' feed, when it reads a view that can quarantine."""
+        view = self.checked_view
+        if view is None:
+            return None
+        store, flow = self.runner.store, flows[0][0]
+        feed = change.state if change is not None else FeedState(store, flow)
+        current = next((f.target for f, _ in flows if f.stored_as_scd_type == 1), None)
+        return StaleKeyState(store, flow, feed, current, lambda: self.runner.view_now(view))
 
     def _applied(
         self,
@@ -233,6 +261,7 @@ class BatchWriter:
         applied: ApplyResult,
         reports: list[exp.ExpectationReport],
         started: float,
+        stale: StaleKeys | None = None,
     ) -> None:
         result.batches += 1
         result.output_rows += applied.upserted
@@ -241,6 +270,7 @@ class BatchWriter:
         self.runner.progress(
             f"  {flow.target:<40} {applied.upserted:,} upserted, {applied.deleted:,} deleted"
             + (f", {applied.truncates} truncate(s)" if applied.truncates else "")
+            + (f", {stale.keys:,} stale key(s)" if stale is not None and stale.keys else "")
             + f" ({seconds:.1f}s)"
         )
         self.runner.log_flow(
@@ -249,6 +279,7 @@ class BatchWriter:
             applied.upserted,
             reports,  # each flow reports the checks of the rows it applied
             {"num_upserted_rows": applied.upserted, "num_deleted_rows": applied.deleted},
+            stale,
         )
 
 

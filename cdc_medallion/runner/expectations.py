@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from cdc_medallion.declarative.constraints import null_safe
 from cdc_medallion.declarative.definitions import Action, Expectation
 from cdc_medallion.errors import ExpectationFailed, GraphError
 from cdc_medallion.identifiers import sql_text
@@ -51,10 +52,8 @@ def mark(df: DataFrame, expectations: tuple[Expectation, ...], dataset: str) -> 
     """
     if not expectations:
         return df.withColumn(FAILED, F.array().cast("array<string>"))
-    # Each constraint on lines of its own, so a `--` comment in one ends with its line.
-    checks = ",\n".join(
-        f"CASE WHEN NOT coalesce((\n{r.constraint}\n), false) THEN {sql_text(r.name)} END" for r in expectations
-    )
+    # Each constraint as both engines evaluate it (`null_safe`: on lines of its own, NULL fails).
+    checks = ",\n".join(f"CASE WHEN NOT {null_safe(r.constraint)} THEN {sql_text(r.name)} END" for r in expectations)
     try:
         failed = F.expr(f"filter(array(\n{checks}\n), failed_rule -> failed_rule IS NOT NULL)")
     except Exception:  # parse errors surface here, analysis errors on first use: name the rule
@@ -85,6 +84,13 @@ class Split:
     def kept(self) -> int:
         """Rows that go on to the dataset (neither dropped nor quarantined)."""
         return self.report.kept
+
+
+def kept(marked: DataFrame, expectations: tuple[Expectation, ...]) -> DataFrame:
+    """The rows of a marked frame that `split` keeps (they fail no drop or quarantine rule),
+    without counting them: for a frame read whole, not a batch."""
+    rejected = [r.name for r in expectations if r.action in (Action.DROP, Action.QUARANTINE)]
+    return marked.filter(f"NOT ({_any_of(rejected)})").drop(FAILED)
 
 
 def split(marked: DataFrame, expectations: tuple[Expectation, ...], dataset: str) -> Split:

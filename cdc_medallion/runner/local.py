@@ -47,14 +47,15 @@ from cdc_medallion.errors import (
     is_transient,
 )
 from cdc_medallion.formats.stateful import STATE_LAYOUT, planned_in_layout
+from cdc_medallion.quality.events import StaleKeys
 from cdc_medallion.runner import expectations as exp
 from cdc_medallion.runner.batches import BatchWriter, FlowResult, SharedBatchWriter, SharedMember
 from cdc_medallion.runner.event_log import EventLog
 from cdc_medallion.runner.graph import Graph, load_graph
-from cdc_medallion.runner.reader import BatchReader, Inputs, PlanReader
+from cdc_medallion.runner.reader import BatchReader, Inputs, PlanReader, TableReader
 from cdc_medallion.runner.sharing import Members, row_by_row, stream_filter
 from cdc_medallion.sources.files import FileLanding
-from cdc_medallion.spark import get_spark
+from cdc_medallion.spark import get_spark, parse_over_cores
 from cdc_medallion.storage.delta_store import DeltaStore
 
 Progress = Callable[[str], None]
@@ -457,6 +458,7 @@ class LocalRunner:
         query = _query_name(flows)
         reader = PlanReader(self, query)
         layout = _Checkpoint(self.store.checkpoint(query)).state_layout
+        parse_over_cores(self.spark)  # settings the query functions read: they set none (Spark Connect)
         with reading_with(reader), planned_in_layout(self.spark, layout):
             rows = reader.read_stream(first.source) if isinstance(first, AutoCdcFlow) else first.query()
         if not rows.isStreaming:
@@ -566,6 +568,15 @@ class LocalRunner:
                 return reader.read_stream(first.source) if isinstance(first, AutoCdcFlow) else first.query()
 
         return rows
+
+    def view_now(self, view: Dataset) -> DataFrame:
+        """The rows `view` keeps (failing none of its drop or quarantine rules) over what its
+        input tables hold now, read whole: what every batch of its stream so far kept, and what
+        later batches will."""
+        reader = TableReader(self)
+        with using_conf(self.conf), reading_with(reader):
+            rows = reader.read(view.name)
+        return exp.kept(rows, view.expectations) if view.expectations else rows
 
     def _member_failed(self, members: Members, member: SharedMember, error: BaseException) -> None:
         """A member of a shared query failed a batch: it leaves before the batch commits (it
@@ -809,12 +820,15 @@ class LocalRunner:
         rows: int,
         reports: list[exp.ExpectationReport],
         metrics: dict[str, int],
+        stale: StaleKeys | None = None,
     ) -> None:
+        """A `flow_progress` event of one batch; `stale`: the target's stale keys after it."""
         assert self.log is not None
         quality = {
             "dropped_records": sum(r.dropped for r in reports),
             "quarantined_records": sum(r.quarantined for r in reports),
             "expectations": [e for r in reports for e in r.as_event_log()["expectations"]],  # type: ignore[union-attr]
+            **(stale.as_quality() if stale is not None else {}),
         }
         self.log.emit(
             "flow_progress",

@@ -119,3 +119,22 @@ class BatchReader:
 
     def read(self, name: str) -> DataFrame:
         raise GraphError(f"a flow sharing the query over {self.stream} read table {name} as well")
+
+
+class TableReader:
+    """The reader installed while a view is computed over what its tables hold now, read whole
+    rather than streamed (`LocalRunner.view_now`): a table is its snapshot, a view is inlined."""
+
+    def __init__(self, runner: LocalRunner) -> None:
+        self.runner = runner
+
+    def read_stream(self, name: str) -> DataFrame:
+        return self.read(name)
+
+    def read(self, name: str) -> DataFrame:
+        dataset = self.runner.graph.dataset(name)
+        if not dataset.is_view:
+            return self.runner.store.read(name)
+        assert dataset.query is not None
+        rows = dataset.query()
+        return exp.mark(rows, dataset.expectations, dataset.name) if dataset.expectations else rows

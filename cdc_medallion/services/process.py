@@ -12,7 +12,7 @@ import signal
 import socket
 import subprocess
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -79,12 +79,17 @@ class JavaService:
             os.pathsep.join(classpath),
             *main,
         ]
+        self.spawn(command)
+
+    def spawn(self, command: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+        """Start `command` (a JVM, or a script that execs one), its output appended to the log."""
         with self.log_file.open("ab") as log:
             self.process = subprocess.Popen(
                 command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env=env,
                 preexec_fn=guard(),  # async-signal-safe: one prctl call before exec
             )
 

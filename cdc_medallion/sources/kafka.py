@@ -8,7 +8,7 @@ kafka:
   bootstrap_servers: "{{conf:cdc_medallion.kafka.bootstrap_servers}}"   # required
   subscribe: "shop.public.customers,shop.public.orders"  # or subscribe_pattern / assign
   starting_offsets: earliest              # default earliest
-  max_offsets_per_trigger: 100000         # optional
+  max_offsets_per_trigger: 100000         # default 100000 (DEFAULT_MAX_OFFSETS_PER_TRIGGER); never unbounded
   fail_on_data_loss: true                 # optional
   security_protocol: SASL_SSL             # optional (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)
   secret_scope: "{{conf:cdc_medallion.secret_scope}}"   # default scope of {secret: KEY}
@@ -23,6 +23,14 @@ kafka:
 ```
 
 Without `subscribe` / `subscribe_pattern` / `assign`, the source's `topic` is subscribed.
+
+`max_offsets_per_trigger` bounds the messages of one micro-batch (Spark's `maxOffsetsPerTrigger`,
+shared out over the partitions by their backlog; a partition with a backlog reads at least one, so
+a batch may exceed the bound by up to one message per partition). A source that sets none gets
+`DEFAULT_MAX_OFFSETS_PER_TRIGGER`: a new stream starting at `earliest` would otherwise read its
+topics' whole backlog in its first batch. A `{{conf:KEY}}` reference must resolve to a whole
+number. `trigger(availableNow=True)` (a local update) honours the bound: it runs as many batches
+as the backlog needs.
 
 `service_credential` names a Unity Catalog service credential (Databricks Runtime 16.1+, and what
 Databricks recommends for Amazon MSK with IAM on serverless and shared compute): it becomes the
@@ -180,8 +188,7 @@ def kafka_options(
         "startingOffsets": resolve(settings.starting_offsets, "starting_offsets"),
         "includeHeaders": "true",
     }
-    if settings.max_offsets_per_trigger is not None:
-        options["maxOffsetsPerTrigger"] = resolve(settings.max_offsets_per_trigger, "max_offsets_per_trigger")
+    options["maxOffsetsPerTrigger"] = _resolved_bound(source.name, resolve, settings.max_offsets_per_trigger)
     if settings.fail_on_data_loss is not None:
         options["failOnDataLoss"] = resolve(settings.fail_on_data_loss, "fail_on_data_loss")
     if settings.security_protocol is not None:
@@ -204,6 +211,18 @@ def kafka_options(
     for key, value in settings.options.items():
         options[key] = resolve(value, f"options.{key}")
     return options
+
+
+def _resolved_bound(source: str, resolve: Resolver, bound: int | str) -> str:
+    """`maxOffsetsPerTrigger`: the setting (its default when the conf sets none), a reference
+    resolved and checked here, where its value is first known, so no source reads unbounded."""
+    text = resolve(bound, "max_offsets_per_trigger")
+    if not (text.isascii() and text.isdigit() and int(text) >= 1):
+        raise ConfigError(
+            f"source {source!r}: kafka.max_offsets_per_trigger {bound!r} resolved to {text!r}, "
+            "not a whole number of messages, at least 1"
+        )
+    return str(int(text))
 
 
 # --- the stream -------------------------------------------------------------------------------

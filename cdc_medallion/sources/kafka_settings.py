@@ -22,7 +22,20 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "AWS_MSK_IAM")
 SERVICE_CREDENTIAL = "databricks.serviceCredential"
 #: Spark options this project sets itself, from the settings of the same meaning.
-RESERVED_OPTIONS = ("includeHeaders", "kafka.bootstrap.servers", *SUBSCRIPTIONS.values(), "startingOffsets")
+RESERVED_OPTIONS = (
+    "includeHeaders",
+    "kafka.bootstrap.servers",
+    *SUBSCRIPTIONS.values(),
+    "startingOffsets",
+    "maxOffsetsPerTrigger",
+)
+#: Messages a micro-batch of a Kafka source reads at most when its conf sets no bound (Spark's
+#: `maxOffsetsPerTrigger`, shared out over the partitions by their backlog). With no bound, a
+#: stream's first batch is its topics' whole backlog (`starting_offsets: earliest`), and a stateful
+#: silver query (Qlik, DataWorks, IBM) holds a batch's groups in memory at once. Kafka's source has
+#: no byte bound: at about 1 KB a message this is about 100 MB a batch, near the file sources'
+#: 128 MiB (`max_bytes_per_batch`). Raise it for small messages, lower it for large ones.
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
 _SENSITIVE = re.compile(r"password|passwd|secret|token|credential|private[._-]?key", re.IGNORECASE)
 CONF_REF = re.compile(r"\{\{conf:([^{}]+)\}\}")
 SECRET_REF = re.compile(r"\{\{secrets/([^/{}]+)/([^/{}]+)\}\}")
@@ -60,6 +73,19 @@ def _value(value: Any) -> Any:
 #: A setting's value: text (may hold `{{conf:KEY}}` / `{{secrets/SCOPE/KEY}}`), a number, true or
 #: false, or `{secret: KEY}`.
 Value = Annotated[str | int | bool | SecretRef, BeforeValidator(_value)]
+
+
+def _batch_bound(value: Any) -> Any:
+    """A whole number of messages, at least 1, or one `{{conf:KEY}}` (checked once resolved)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str) and CONF_REF.fullmatch(value.strip()):
+        return value.strip()
+    raise ValueError(f"must be a whole number of messages, at least 1, or a {{{{conf:KEY}}}} reference, got {value!r}")
+
+
+#: `max_offsets_per_trigger`: never absent (its default bounds a source that sets none), never 0.
+BatchBound = Annotated[int | str, BeforeValidator(_batch_bound)]
 
 
 def _one_of(choices: tuple[str, ...]) -> AfterValidator:
@@ -109,7 +135,7 @@ class KafkaSettings(NullMeansAbsent):
     subscribe_pattern: Value | None = None
     assign: Value | None = None
     starting_offsets: Value = "earliest"
-    max_offsets_per_trigger: Value | None = None
+    max_offsets_per_trigger: BatchBound = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     fail_on_data_loss: Value | None = None
     security_protocol: Annotated[str, _one_of(SECURITY_PROTOCOLS)] | None = None
     secret_scope: Value | None = None

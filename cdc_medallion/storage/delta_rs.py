@@ -13,11 +13,18 @@ the ones delta-rs reads and tests/test_jvm_free_reads.py compares with Spark on 
 pipeline wrote. Any other table is read by Spark. delta-rs refuses `typeWidening`, for one,
 which `DeltaStore.evolve` turns on when a DDL widens a column.
 
+Rows are read through delta-rs's SQL engine (DataFusion) with `READ_SETTINGS`: Spark wrote
+timestamps as Parquet INT96 until `spark.py` asked for microseconds, and DataFusion reads INT96
+as nanoseconds by default, which hold only years 1677-2262 (1000-01-01 read as 2169-02-08);
+read as microseconds, Spark's own unit, every year 1-9999 reads as Spark reads it, in old files
+and new. `python_rows` then gives the values as Spark's `collect()` would.
+
 Nothing here writes: delta-spark writes every table (`delta_store.py`).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -30,6 +37,8 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 from pyarrow import types as t
 
+from cdc_medallion.lines import lines_of
+
 if TYPE_CHECKING:
     from deltalake import DeltaTable  # imported when used: a Databricks worker has no deltalake
 
@@ -37,6 +46,8 @@ SYSTEM_DIR = "_system"
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 #: Reader features whose tables delta-rs reads as Spark does (checked by the tests named above).
 VERIFIED_READER_FEATURES = frozenset({"deletionVectors", "columnMapping", "timestampNtz"})
+#: DataFusion's settings for every read here (see the module docstring).
+READ_SETTINGS = {"datafusion.execution.parquet.coerce_int96": "us"}
 
 
 @dataclass(frozen=True)
@@ -67,9 +78,11 @@ def log_version(table: Path) -> int | None:
 
 
 def commit_actions(table: Path, version: int) -> Iterator[dict[str, Any]]:
-    """The actions of one commit (`commitInfo`, `add`, `remove`, `metaData`, ...), from its file."""
+    """The actions of one commit (`commitInfo`, `add`, `remove`, `metaData`, ...), from its file:
+    one JSON object a line, lines ended by "\\n" only (a value in a file's statistics or a MERGE
+    predicate may hold U+2028 as it is: `lines.py`)."""
     entry = table / "_delta_log" / f"{version:020d}.json"
-    for line in entry.read_text(encoding="utf-8").splitlines():
+    for line in lines_of(entry.read_bytes()):
         yield json.loads(line)
 
 
@@ -124,30 +137,34 @@ def _has_deletion_vectors(table: DeltaTable) -> bool:
 def read_table(location: str | os.PathLike[str], columns: list[str] | None = None) -> pa.Table:
     """The table's current rows (deletion vectors applied), in any order; only a table
     `readable_without_jvm` (else delta-rs would refuse it, or we would not know it reads it right)."""
-    return _arrow(_scan(location, columns))
+    return _arrow(_select(location, columns))
 
 
 def read_batches(location: str | os.PathLike[str], columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
     """`read_table` batch by batch, for a table too large to hold at once."""
-    yield from pa.RecordBatchReader.from_stream(_scan(location, columns))
+    yield from pa.RecordBatchReader.from_stream(_select(location, columns))
 
 
-def _scan(location: str | os.PathLike[str], columns: list[str] | None) -> object:
-    table = open_table(location)
-    _require_readable(location, table)
-    return table.scan(columns=columns)
+def _select(location: str | os.PathLike[str], columns: list[str] | None) -> object:
+    picked = ", ".join(_quote(name) for name in columns) if columns else "*"
+    return _query(location, f"SELECT {picked} FROM t")
 
 
 def first_rows(location: str | os.PathLike[str], limit: int) -> pa.Table:
     """The first `limit` rows ordered as `show` orders them (see `ordering_columns`)."""
+    schema = pa.schema(open_table(location).schema().to_arrow())
+    order = ", ".join(f"{_quote(name)} ASC NULLS FIRST" for name in ordering_columns(schema))
+    sql = "SELECT * FROM t" + (f" ORDER BY {order}" if order else "") + f" LIMIT {int(limit)}"
+    return _arrow(_query(location, sql))
+
+
+def _query(location: str | os.PathLike[str], sql: str) -> object:
+    """`sql` over the table, registered as `t`, with `READ_SETTINGS`."""
     from deltalake import QueryBuilder
 
     table = open_table(location)
     _require_readable(location, table)
-    schema = pa.schema(table.schema().to_arrow())
-    order = ", ".join(f"{_quote(name)} ASC NULLS FIRST" for name in ordering_columns(schema))
-    sql = "SELECT * FROM t" + (f" ORDER BY {order}" if order else "") + f" LIMIT {int(limit)}"
-    return _arrow(QueryBuilder().register("t", table).execute(sql))
+    return QueryBuilder(session_config=READ_SETTINGS).register("t", table).execute(sql)
 
 
 def ordering_columns(schema: pa.Schema) -> list[str]:
@@ -208,14 +225,26 @@ def _arrow(stream: object) -> pa.Table:
 def python_rows(table: pa.Table | pa.RecordBatch) -> list[dict[str, Any]]:
     """The rows as Spark's `collect()` and `Row.asDict(recursive=True)` give them, so that what
     a command prints does not depend on which engine read the table: a map is a dict, a
-    timestamp (an instant) a naive datetime in this machine's local time."""
+    timestamp (an instant) a naive datetime in this machine's local time (`local_time`)."""
     converters = {f.name: _to_python(f.type) for f in table.schema}
     return [{name: converters[name](value) for name, value in row.items()} for row in table.to_pylist()]
 
 
+def local_time(instant: dt.datetime) -> dt.datetime:
+    """An instant as Spark's `collect()` gives a TIMESTAMP: a naive datetime in local time. One
+    whose local time lies outside years 1-9999, which Python's datetime does not hold (9999-12-31
+    23:59 UTC east of Greenwich, 0001-01-01 00:00 UTC west of it), stays the instant, with its
+    UTC offset: Spark's own `collect()` fails there (its `fromtimestamp` even on the first day
+    of year 1 in UTC)."""
+    try:
+        return instant.astimezone().replace(tzinfo=None)
+    except (OverflowError, ValueError):
+        return instant.astimezone(dt.UTC)
+
+
 def _to_python(kind: pa.DataType) -> Callable[[Any], Any]:
     if t.is_timestamp(kind) and kind.tz is not None:
-        return lambda v: None if v is None else v.astimezone().replace(tzinfo=None)
+        return lambda v: None if v is None else local_time(v)
     if t.is_map(kind):
         key, item = _to_python(kind.key_type), _to_python(kind.item_type)
         return lambda v: None if v is None else {key(k): item(x) for k, x in v}

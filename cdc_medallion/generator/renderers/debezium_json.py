@@ -50,9 +50,7 @@ def _encode(column: Column, value: Any) -> Any:
         return None
     kind = column.spark_type
     if kind.startswith("decimal"):
-        scale = int(kind.split(",")[1].rstrip(")"))
-        unscaled = int(decimal.Decimal(value).scaleb(scale))
-        return base64.b64encode(unscaled.to_bytes(16, "big", signed=True)).decode("ascii")
+        return decimal_bytes(decimal.Decimal(value), int(kind.split(",")[1].rstrip(")")))
     if kind == "date":
         return (value - dt.date(1970, 1, 1)).days
     if kind == "timestamp":
@@ -61,6 +59,18 @@ def _encode(column: Column, value: Any) -> Any:
     if kind == "binary":
         return base64.b64encode(value).decode("ascii")
     return value
+
+
+def decimal_bytes(value: decimal.Decimal, scale: int) -> str:
+    """Kafka Connect's Decimal as the JSON converter writes it: base64 of the unscaled value's
+    big-endian two's complement in as few bytes as hold it (Java's `BigInteger.toByteArray`).
+    The unscaled value comes from the digits, exactly: `scaleb` would round beyond 28 digits."""
+    sign, digits, exponent = value.as_tuple()
+    unscaled = int("".join(map(str, digits)) or "0") * 10 ** (int(exponent) + scale)
+    if sign:
+        unscaled = -unscaled
+    size = (unscaled if unscaled >= 0 else ~unscaled).bit_length() // 8 + 1  # room for the sign bit too
+    return base64.b64encode(unscaled.to_bytes(size, "big", signed=True)).decode("ascii")
 
 
 class _Writer:
