@@ -6,9 +6,11 @@ An application id that changes between a run and its replay writes a replayed ba
 first test's duplicates); one that two queries share makes the second writer's batch look
 committed (the second test's lost rows). The crash is an exception raised right after a commit,
 inside the batch: the batch's offsets are logged, its commit is not, as a SIGKILL would leave
-them (tests/test_crash_safety.py kills real processes, at a higher cost). The last two tests
-show two ways a flow that shares its query is run from its stream's start again (issue 70's
-report): they are expected to fail until that is fixed.
+them (tests/test_crash_safety.py kills real processes, at a higher cost). The last three tests
+are ways a flow that shares its query used to be run from its stream's start again, writing its
+rows twice (issue 70's report): a member that failed a batch, and a member the shared query's
+update did not gather (two flows into one table; a flow into a table whose other flow was still
+being planned). Each now goes on in its own query from the shared query's checkpoint.
 """
 
 from __future__ import annotations
@@ -121,13 +123,12 @@ def test_two_queries_writing_one_table_each_commit_their_own_batches(spark, tmp_
 SHARED_QUERY = OWN_QUERIES.replace('source="valid"', 'source="changes"')
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="runner/local.py: a member of a shared query that fails a batch leaves it (_member_failed) and "
-    "next time reads its stream from the start in a new query of its own, writing its earlier rows again",
-)
 def test_a_shared_querys_member_that_failed_writes_each_row_once_after(spark, tmp_path, monkeypatch):
+    """`valid` crashes right after committing its part of the shared query's batch; the shared
+    query commits the batch for `people`. Next update `valid`, in a query of its own, replays
+    that batch under the shared query's `Txn` (its committed write skipped), then a later batch,
+    and joins again: each row once in `valid` and its quarantine. (It used to read the stream
+    from the start under a new application id: every row twice.)"""
     runner, storage = make_pipeline(tmp_path, SHARED_QUERY, FIRST)
     crash_after_committing(monkeypatch, lambda name: name == "valid")
     with pytest.raises(CdcMedallionError, match="crashed after committing"):
@@ -135,18 +136,21 @@ def test_a_shared_querys_member_that_failed_writes_each_row_once_after(spark, tm
     monkeypatch.undo()
     runner.update()
     valid = sorted((r["id"], r["seq"]) for r in read_rows(spark, storage, "valid"))
-    assert valid == [(1, 1), (1, 4), (2, 2), (2, 5)]  # today each twice
-    assert sorted(r["id"] for r in read_rows(spark, storage, "valid_quarantine")) == [3]  # today twice
+    assert valid == [(1, 1), (1, 4), (2, 2), (2, 5)]
+    assert sorted(r["id"] for r in read_rows(spark, storage, "valid_quarantine")) == [3]
+    append(tmp_path, LATER)
+    runner.update()
+    valid = sorted((r["id"], r["seq"]) for r in read_rows(spark, storage, "valid"))
+    assert valid == [(1, 1), (1, 4), (2, 2), (2, 5), (4, 6)]
+    assert sorted(r["id"] for r in read_rows(spark, storage, "valid_quarantine")) == [3, 5]
+    # `people` reads the stream itself here: ops X and Y are upserts to it
+    assert {r["id"]: r["name"] for r in read_rows(spark, storage, "people")} == {1: "ann2", 3: "n", 4: "cy", 5: "n"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="runner/local.py: two flows into one target that read one stream call _run_shared twice in an "
-    "update; the second rewrites the members file without the first's members, which then read the stream "
-    "from the start next update",
-)
 def test_two_flows_into_one_table_from_one_stream_write_each_row_once(spark, tmp_path):
+    """`evens` and `odds` into one table, `copy` beside them, all over one stream: one shared
+    query. (`odds` used to be left out of it, and its own turn rewrote the members file without
+    `evens` and `copy`, which next update read the stream from the start: rows 1-3 twice.)"""
     body = """
 dp.create_streaming_table("merged")
 
@@ -166,5 +170,79 @@ def copy():
     runner.update()
     append(tmp_path, [row(4, 4), row(5, 5)])
     runner.update()
-    assert sorted(r["id"] for r in read_rows(spark, storage, "merged")) == [1, 2, 3, 4, 5]  # today 1, 2, 3 twice
+    assert sorted(r["id"] for r in read_rows(spark, storage, "merged")) == [1, 2, 3, 4, 5]
     assert sorted(r["id"] for r in read_rows(spark, storage, "copy")) == [1, 2, 3, 4, 5]
+
+
+# `both` is declared first, so it is brought up to date first: planning its first flow
+# (`from_copy`) brings `copy` up to date, whose query shares `changes`' stream with `other` while
+# `both` is still in progress, so `direct` (into `both`, over the same stream) is not gathered.
+UNGATHERED_MEMBER = """
+dp.create_streaming_table("both")
+
+@dp.append_flow(target="both")
+def from_copy():
+    return dp.read_stream("copy").withColumn("via", F.lit("copy"))
+
+@dp.append_flow(target="both")
+def direct():
+    return dp.read_stream("changes").withColumn("via", F.lit("direct"))
+
+@dp.table(name="copy")
+def copy():
+    return dp.read_stream("changes")
+
+@dp.table(name="other")
+def other():
+    return dp.read_stream("changes")
+"""
+
+
+def test_a_member_its_shared_query_did_not_gather_writes_each_row_once(spark, tmp_path):
+    """`direct` joins the shared query over `changes` after its first update; in each later one
+    the shared query starts before `direct` is planned. It must go on from where the shared query
+    is (its checkpoint taken over), and the shared query must keep its members. (The second turn
+    used to rewrite the members file without them: all read the stream from the start again.)"""
+    runner, storage = make_pipeline(tmp_path, UNGATHERED_MEMBER, [row(1, 1), row(2, 2)])
+    runner.update()
+    for rows in ([row(3, 3)], [row(4, 4), row(5, 5)]):
+        append(tmp_path, rows)
+        runner.update()
+    ids = [1, 2, 3, 4, 5]
+    got = sorted((r["via"], r["id"]) for r in read_rows(spark, storage, "both"))
+    assert got == sorted([("copy", i) for i in ids] + [("direct", i) for i in ids])
+    for table in ("copy", "other"):
+        assert sorted(r["id"] for r in read_rows(spark, storage, table)) == ids, table
+
+
+# `copy` and `other` share the query over `changes`; `third` comes later.
+SHARED_TABLES = """
+@dp.table(name="copy")
+def copy():
+    return dp.read_stream("changes")
+
+@dp.table(name="other")
+def other():
+    return dp.read_stream("changes")
+"""
+THIRD_TABLE = """
+
+@dp.table(name="third")
+def third():
+    return dp.read_stream("changes")
+"""
+
+
+def test_members_of_a_shared_query_with_nothing_new_stay_when_a_flow_joins_its_stream(spark, tmp_path):
+    """An update in which the stream has nothing new runs none of its shared query's members; a
+    flow added to the stream then runs in its own query. The members must stay members (or go
+    on from their checkpoint), not be dropped and read the stream from the start next time."""
+    runner, storage = make_pipeline(tmp_path, SHARED_TABLES, [row(1, 1), row(2, 2)])
+    runner.update()
+    pipeline = tmp_path / "transformations" / "pipeline.py"
+    pipeline.write_text(pipeline.read_text(encoding="utf-8") + THIRD_TABLE, encoding="utf-8")
+    runner.update()  # nothing new: only `third` runs
+    append(tmp_path, [row(3, 3)])
+    runner.update()
+    for table in ("copy", "other", "third"):
+        assert sorted(r["id"] for r in read_rows(spark, storage, table)) == [1, 2, 3], table
