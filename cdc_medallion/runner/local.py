@@ -449,6 +449,9 @@ class LocalRunner:
         plan = self._plans.pop(flows[0].name, None)
         if plan is None or [f.name for f in plan.flows] != [f.name for f in flows]:
             plan = self._plan(flows)
+        else:  # planned while looking for sharers, maybe before what it reads was written: wait for it
+            for name in [*plan.reader.inputs.streams, *plan.reader.inputs.tables]:
+                self.ensure_fresh(name)
         stream = self._shared_stream(plan)
         if stream is not None:
             plans = [plan, *self._sharers(stream)]
