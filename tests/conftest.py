@@ -69,6 +69,7 @@ _main = sys.modules["__main__"]
 if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
     _main.__file__ = "<pytest-xdist worker>"
 
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest work first: tests sharing a group's fixture (one worker runs a group), then
     tests marked slow, then the rest, each in its file's order. pytest-xdist hands out work in
