@@ -7,10 +7,38 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
+
+# Hypothesis profiles, the one place property tests get their seed and budget from; a test sets
+# only what is its own (a health check its examples trip, a larger count when its examples are
+# cheap), and inherits the rest from the loaded profile (a bare `settings(...)` does), so the
+# value-decoder properties (tests/test_exact_values.py), the fuzz tests and the SCD model tests
+# alike run derandomized in CI. `HYPOTHESIS_PROFILE` chooses one; "ci" is the default, so
+# `make test` and CI run it:
+# - "ci": derandomized, so every run tries the same examples (a red CI run is red again on a
+#   laptop, and a green one does not turn red by luck); 10 examples for a test that names no
+#   count: the SCD model tests, whose every example is a few Spark jobs per batch over up to 60
+#   keys (tests/test_auto_cdc_model.py: 10 are enough to find the bugs planted there, in its
+#   docstring); no deadline (a Spark job's time is the machine's load, not the code's); the
+#   failing example's blob printed, to replay it with `@reproduce_failure`. No example
+#   database: a derandomized run needs none.
+# - "dev": fresh random examples each run, 50 for a test that names no count, failures kept in an
+#   example database under ~/.cache (never in the tree) and tried first the next time: for
+#   exploring, `HYPOTHESIS_PROFILE=dev .venv/bin/python -m pytest -n 0 tests/test_auto_cdc_model.py`.
+settings.register_profile("ci", derandomize=True, max_examples=10, deadline=None, print_blob=True)
+settings.register_profile(
+    "dev",
+    max_examples=50,
+    deadline=None,
+    print_blob=True,
+    database=DirectoryBasedExampleDatabase(Path.home() / ".cache" / "cdc-medallion" / "hypothesis"),
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Test batches are a few rows, where compiling each query's generated code costs more than
@@ -40,13 +68,6 @@ os.environ.setdefault("CDC_MEDALLION_SHUFFLE_PARTITIONS", "2")
 _main = sys.modules["__main__"]
 if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
     _main.__file__ = "<pytest-xdist worker>"
-
-# Property tests that draw their values through this profile draw the same ones every run, so a
-# failure in CI is one a rerun shows again (tests/test_exact_values.py draws hundreds of values
-# per type with it, then checks them in one Spark query).
-settings.register_profile(
-    "derandomized", derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
-)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

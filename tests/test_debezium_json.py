@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -309,3 +310,77 @@ def test_unavailable_value_placeholder_is_the_connectors():
     [event] = parse("debezium-json", json.dumps(message), options=options)
     assert "body" not in event["after"]
     assert event["after"]["tags"] == json.dumps([UNAVAILABLE], separators=(",", ":"))
+
+
+# --- Connect decimals: two's-complement bytes -------------------------------------------------
+#: (column, unscaled value's bytes, scale, the value as Kafka Connect's `Decimal` defines it: the
+#: big-endian two's complement of the unscaled value, times 10^-scale). Negative values have the
+#: high bit set, which an unsigned reading turns into large positive numbers (b'\xff' into 255);
+#: 16-byte values are what a DECIMAL(38, s) column sends. Values above 28 digits are left to the
+#: decimal rounding tests of `formats/values.py`.
+NEGATIVE_DECIMALS = [
+    ("minus_one", b"\xff", 0, "-1"),
+    ("minus_128", b"\x80", 0, "-128"),
+    ("minus_129", b"\xff\x7f", 0, "-129"),
+    ("minus_a_cent", b"\xff", 2, "-0.01"),
+    ("minus_32768", b"\x80\x00", 0, "-32768"),
+    ("plus_128", b"\x00\x80", 0, "128"),  # positive, its high byte zero: read alike either way
+    ("plus_255_cents", b"\x00\xff", 2, "2.55"),
+    ("wide_minus_five", b"\xff" * 15 + b"\xfb", 3, "-0.005"),
+    (
+        "wide_28_digits",
+        (-1234567890123456789012345678).to_bytes(16, "big", signed=True),
+        4,
+        "-123456789012345678901234.5678",
+    ),
+    ("wide_lowest_byte_only", b"\xff" * 15 + b"\x80", 0, "-128"),
+]
+
+
+def _decimal_message() -> str:
+    """An insert whose columns are Connect decimals (decimal.handling.mode=precise, the default),
+    with a column of Debezium's VariableScaleDecimal (each value carries its scale) beside them."""
+
+    def encoded(raw: bytes) -> str:
+        return base64.b64encode(raw).decode("ascii")
+
+    columns = [{"field": "id", "type": "int32", "optional": False}]
+    after: dict[str, object] = {"id": 1}
+    for name, raw, scale, _ in NEGATIVE_DECIMALS:
+        parameters = {"scale": str(scale), "connect.decimal.precision": "38"}
+        logical = "org.apache.kafka.connect.data.Decimal"
+        columns.append({"field": name, "type": "bytes", "optional": True, "name": logical, "parameters": parameters})
+        after[name] = encoded(raw)
+    variable = {
+        "type": "struct",
+        "optional": True,
+        "name": "io.debezium.data.VariableScaleDecimal",
+        "fields": [{"field": "scale", "type": "int32"}, {"field": "value", "type": "bytes"}],
+    }
+    columns.append({**variable, "field": "variable_minus_a_cent"})
+    after["variable_minus_a_cent"] = {"scale": 2, "value": encoded(b"\xff")}
+    columns.append({**variable, "field": "variable_minus_129"})
+    after["variable_minus_129"] = {"scale": 0, "value": encoded(b"\xff\x7f")}
+    image = {"type": "struct", "fields": columns, "optional": True, "name": "shop.public.prices.Value"}
+    schema = {"type": "struct", "fields": [{**image, "field": "before"}, {**image, "field": "after"}]}
+    payload = {
+        "before": None,
+        "after": after,
+        "source": {"db": "shop", "schema": "public", "table": "prices", "lsn": 7, "txId": 3},
+        "op": "c",
+        "ts_ms": 1,
+    }
+    return json.dumps({"schema": schema, "payload": payload})
+
+
+def test_connect_decimals_are_signed_twos_complement():
+    """Every Connect decimal reads as a signed number: -1 is b'\\xff', not 255; -0.01 at scale 2
+    is b'\\xff', not 2.55; a 16-byte value sign-extends from its first byte."""
+    [event] = parse("debezium-json", _decimal_message())
+    assert event["kind"] == "change" and event["op"] == "INSERT", event
+    got = {name: event["after"][name] for name, *_ in NEGATIVE_DECIMALS}
+    assert got == {name: expected for name, _, _, expected in NEGATIVE_DECIMALS}
+    assert event["after"]["variable_minus_a_cent"] == "-0.01"
+    assert event["after"]["variable_minus_129"] == "-129"
+    assert event["column_types"]["minus_a_cent"] == "decimal(38,2)"
+    assert event["column_types"]["variable_minus_a_cent"] == "decimal(38,18)"

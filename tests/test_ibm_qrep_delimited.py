@@ -19,6 +19,9 @@ from cdc_medallion.config import load_conf
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.formats import get_format
 from cdc_medallion.pipeline import run_pipeline
+from cdc_medallion.quality import arrow_facts
+from cdc_medallion.quality.accounting import account_source
+from cdc_medallion.storage.delta_store import DeltaStore
 from tests.conftest import REPO, shared_path
 from tests.helpers import datasets, gold_rows, ingest, message, read_rows
 
@@ -532,3 +535,38 @@ def test_held_across_runs_until_the_first_segment_then_a_timeout_is_quarantined_
         held_before_timeout = held_before_timeout or len(events)
         assert len(events) == held_before_timeout  # once quarantined, never fed to the parser again
     assert {r["ID"] for r in gold_rows(spark, storage, "ACCT")} == {*late_rows, 200, 201}
+
+
+def test_a_transaction_held_then_timed_out_is_accounted_as_quarantined_not_held(spark, storage, tmp_path):
+    """The accounting of a real run, after a held transaction timed out: its messages were held
+    (their `held` rows stay in silver) and then quarantined, so each counts once, as quarantined;
+    `held` counts only the transaction that still waits. Spark's accounting (`run`'s check) and
+    the report's JVM-free one agree, and their outcomes add up to bronze's rows."""
+    source = tmp_path / "qrep.jsonl"
+    run = {"columns": {"ACCT": ACCT}, "layout": "kafka-dump"}  # silver is what is counted: no gold
+    timing_out, _ = transaction(31)  # its final segment never comes
+    waiting, _ = transaction(33)  # nor this one's, which lands after the timeout run
+    offset = kafka_dump(source, [record(30, 0, "ISRT", None, (300, "a", 1)), *timing_out[:2]], 0)
+    ingest(spark, FORMAT, source, storage, **run)  # the default timeout, a day: held
+    offset = kafka_dump(source, [record(32, 0, "ISRT", None, (320, "b", 2))], offset)
+    ingest(spark, FORMAT, source, storage, **run, options={"incomplete_timeout_seconds": "0"})  # timed out
+    offset = kafka_dump(source, [waiting[0], record(34, 0, "ISRT", None, (340, "c", 3))], offset)
+    ingest(spark, FORMAT, source, storage, **run)  # held, a day to go
+
+    timed_out = {f"qrep/0/{n}" for n in (1, 2)}
+    silver = read_rows(spark, storage, f"silver_{SOURCE}")
+    quarantine = read_rows(spark, storage, f"silver_{SOURCE}_quarantine")
+    assert timed_out <= {r["bronze_ref"] for r in silver if r["kind"] == "held"}  # held first ...
+    assert {r["bronze_ref"] for r in quarantine} == timed_out  # ... then quarantined
+    assert all("incomplete transaction" in r["error"] for r in quarantine)
+    store = DeltaStore(storage, spark)
+    names = [f"bronze_{SOURCE}", f"silver_{SOURCE}", f"silver_{SOURCE}_quarantine"]
+    with_spark = account_source(SOURCE, *(store.read(name) for name in names))
+    without_jvm = arrow_facts.account_source(SOURCE, *(store.path(name) for name in names))
+    bronze_rows = datasets(storage)[f"bronze_{SOURCE}"]["rows"]
+    assert bronze_rows == offset == 6
+    for result in (with_spark, without_jvm):
+        assert result.outcomes == {"change": 3, "quarantined": 2, "held": 1}, result.outcomes
+        assert result.balanced and sum(result.outcomes.values()) == result.bronze == bronze_rows
+        assert [h["bronze_ref"] for h in result.held] == ["qrep/0/4"]
+    assert without_jvm == with_spark

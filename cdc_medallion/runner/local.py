@@ -176,6 +176,32 @@ class _Checkpoint:
         except (OSError, ValueError):
             return 1 if (self.folder / "offsets").is_dir() else STATE_LAYOUT
 
+    def take_over(self, shared: _Checkpoint) -> None:
+        """Become, for one member, the continuation of shared query `shared`: its log of batches
+        up to the first it has not committed (that batch's offsets included, so this query
+        replays it over the same rows), its application id and state layout, under a query id
+        of its own. The member's query then goes on from the batch it left the shared one at,
+        and each write of a replayed batch names the `Txn` the shared query's did: what
+        committed is skipped, not written twice. A shared query that read nothing yet leaves
+        nothing to take over: the member starts at the stream's start, as the shared one would."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+        committed = _last(shared.folder / "commits")
+        committed = -1 if committed is None else committed
+        logged = _last(shared.folder / "offsets")
+        if logged is None:
+            return
+        self.folder.mkdir(parents=True)
+        for log, last in (("offsets", min(committed + 1, logged)), ("commits", committed)):
+            (self.folder / log).mkdir()
+            for batch in range(last + 1):
+                for file in (str(batch), f".{batch}.crc"):
+                    if (shared.folder / log / file).is_file():
+                        shutil.copyfile(shared.folder / log / file, self.folder / log / file)
+        (self.folder / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}), encoding="utf-8")
+        for own in ("cdc_medallion_app_id", "cdc_medallion_state_layout"):
+            if (shared.folder / own).is_file():
+                shutil.copyfile(shared.folder / own, self.folder / own)
+
     def keep_state_layout(self) -> None:
         """Write down the layout of a query about to start from it (once: it never changes)."""
         path = self.folder / "cdc_medallion_state_layout"
@@ -253,6 +279,8 @@ class LocalRunner:
         self._plans: dict[str, _Plan] = {}  # planned while looking for sharers, kept for their turn
         self._joining: list[tuple[str, _Plan]] = []  # (stream, plan) run on their own beside a shared query
         self._members: dict[str, str] | None = None  # query name -> the stream it is a shared member of
+        self._shared_run: set[str] = set()  # streams whose shared query this update ran (or found caught up)
+        self._idle_members: set[str] = set()  # members not run: their shared query had nothing new
         self._streams: dict[str, DataFrame] = {}  # Delta streams as this update's queries read them (`stream`)
         self.partial_graph = False
         self.land = True
@@ -298,6 +326,7 @@ class LocalRunner:
             self._done, self._flows_run, self.continuous, self._running_queries = set(), set(), continuous, []
             self._interrupted = False
             self._failed, self._plans, self._joining, self._members, self._streams = {}, {}, [], None, {}
+            self._shared_run, self._idle_members = set(), set()
             self.partial_graph, self.land = partial_graph, land or continuous
             try:
                 with using_conf(self.conf):  # query functions may read the conf while they run
@@ -421,6 +450,9 @@ class LocalRunner:
         plan = self._plans.pop(flows[0].name, None)
         if plan is None or [f.name for f in plan.flows] != [f.name for f in flows]:
             plan = self._plan(flows)
+        else:  # planned while looking for sharers, maybe before what it reads was written: wait for it
+            for name in [*plan.reader.inputs.streams, *plan.reader.inputs.tables]:
+                self.ensure_fresh(name)
         stream = self._shared_stream(plan)
         if stream is not None:
             plans = [plan, *self._sharers(stream)]
@@ -451,7 +483,10 @@ class LocalRunner:
             return False
         self.ensure_fresh(stream)  # what it reads first, as its query function would
         inputs = self._signature(Inputs(streams=[stream]))
-        return _Checkpoint(self._shared_folder(stream)).caught_up_with(inputs)
+        if not _Checkpoint(self._shared_folder(stream)).caught_up_with(inputs):
+            return False
+        self._idle_members.add(_query_name(flows))
+        return True
 
     def _plan(self, flows: list[AnyFlow]) -> _Plan:
         """Run the query function of `flows` (after what it reads is fresh) for its streaming rows."""
@@ -475,10 +510,13 @@ class LocalRunner:
 
     def _sharers(self, stream: str) -> list[_Plan]:
         """The other flows not run yet whose query could share the one over `stream`. The plans
-        of those that cannot are kept for their own turn."""
+        of those that cannot are kept for their own turn. A flow into a dataset being brought up
+        to date is left for its turn (planning it could read that dataset: a cycle that is not
+        one), except into the one whose flows run now: its other flows are next anyway, and one
+        of them reading a dataset in progress is a real cycle."""
         found: list[_Plan] = []
         for flow in list(self.graph.flows.values()):
-            if flow.name in self._flows_run or flow.target in self._running:
+            if flow.name in self._flows_run or flow.target in self._running[:-1]:
                 continue
             flows = self._together_with(flow)
             plan = self._plans.get(flows[0].name)
@@ -505,13 +543,28 @@ class LocalRunner:
             rows = self._streams[name] = self.store.read_stream(name, self.stream_options())
         return rows
 
+    def _query_names(self) -> set[str]:
+        """The names of the graph's streaming queries when each runs on its own (`_query_name`)."""
+        names = set()
+        for flow in self.graph.flows.values():
+            names.add(_query_name(self.graph.auto_cdc_flows(flow.source) if isinstance(flow, AutoCdcFlow) else [flow]))
+        return names
+
     def _shared_folder(self, stream: str) -> Path:
         return self.store.checkpoint(f"shared__{stream}")
 
     def _run_shared(self, stream: str, plans: list[_Plan]) -> None:
         """One query over `stream` for its members; a flow new to it runs in its own query until
-        it can join (`_settle_joins`)."""
+        it can join (`_settle_joins`). Once per update: a flow asking after its query started
+        runs beside it, as a new one, and a member it starts without goes on from its checkpoint
+        (`take_over`); rewriting the member list then would drop the members it serves."""
         folder = self._shared_folder(stream)
+        if stream in self._shared_run:  # its shared query is under way: these run beside it, then join
+            for plan in plans:
+                self._start(plan)
+                self._joining.append((stream, plan))
+            return
+        self._shared_run.add(stream)
         members = Members(folder)
         if members.exists():
             listed = members.names()
@@ -519,7 +572,12 @@ class LocalRunner:
             shutil.rmtree(folder, ignore_errors=True)
             listed = {p.name for p in plans if not (self.store.checkpoint(p.name) / "offsets").is_dir()}
         served = [p for p in plans if p.name in listed]
-        members.write({p.name for p in served})  # who left, leaves before the query reads a batch
+        idle = listed & self._idle_members  # not run, as the stream had nothing new: they stay
+        # A member not among `plans` still in the graph (not gathered now) goes on from where the
+        # shared query is, in its own query (`take_over`); one that left the graph just leaves.
+        for name in (listed - idle - {p.name for p in served}) & self._query_names():
+            _Checkpoint(self.store.checkpoint(name)).take_over(_Checkpoint(folder))
+        members.write({p.name for p in served} | idle)  # who left, leaves before the query reads a batch
         for plan in plans:
             if plan.name in listed:
                 shutil.rmtree(self.store.checkpoint(plan.name), ignore_errors=True)  # left by a join
@@ -549,7 +607,7 @@ class LocalRunner:
             shared_members.append(SharedMember(plan.name, writer, member_rows, stream_filter(plan.rows, rows)))
         name = f"shared__{stream}"
         writer = SharedBatchWriter(name, shared_members, lambda member: None)
-        writer.on_failure = lambda member, error: self._member_failed(members, member, error)
+        writer.on_failure = lambda member, error: self._member_failed(members, checkpoint, member, error)
         flows = [f for plan in served for f in plan.flows]
         try:
             self._launch(name, rows, writer, checkpoint, flows, inputs)
@@ -579,9 +637,11 @@ class LocalRunner:
             rows = reader.read(view.name)
         return exp.kept(rows, view.expectations) if view.expectations else rows
 
-    def _member_failed(self, members: Members, member: SharedMember, error: BaseException) -> None:
-        """A member of a shared query failed a batch: it leaves before the batch commits (it
-        reads the stream again in its own query next time) and its failure is recorded."""
+    def _member_failed(self, members: Members, shared: _Checkpoint, member: SharedMember, error: BaseException) -> None:
+        """A member of a shared query failed a batch: it leaves before the batch commits, taking
+        the shared checkpoint up to that batch (`take_over`: next time its own query replays the
+        batch, then joins again), and its failure is recorded."""
+        _Checkpoint(self.store.checkpoint(member.name)).take_over(shared)
         members.remove(member.name)
         flows = list(member.writer.flows)
         failure = as_flow_error([f.name for f in flows], member.writer.error or error)

@@ -12,7 +12,11 @@ A member of a shared query sees only the batches read since it joined. So a flow
 to a stream whose shared query already ran runs in a query of its own first (reading the stream
 from its start, as any new flow); it joins at the end of an update in which both caught up with
 the same version of the stream. A member whose batch fails leaves at once (the file records it
-before the batch commits): it reads the stream again from the start in its own query next time.
+before the batch commits), and so does a member still in the graph that an update's shared query
+starts without (it was not planned yet): either takes the shared query's checkpoint up to the
+batch it left at, application id included, and goes on from there in its own query, so a
+replayed batch skips what it committed and nothing is read twice; it joins again as a new flow
+does.
 
 A member's query function runs on each batch, and with hundreds of members building them all
 only to find most empty was most of a small update. So each member's plan also yields its
