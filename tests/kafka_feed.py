@@ -15,16 +15,19 @@ in file order, so each partition's order is the file's.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import time
 import zlib
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from cdc_medallion.catalog import dataset_status
 from cdc_medallion.config import SourceConf
 from cdc_medallion.layers import bronze_name, silver_name
-from cdc_medallion.storage.delta_rs import read_table
+from cdc_medallion.storage.delta_rs import python_rows, read_table
 
 ORIGIN_HEADER = "cdc-medallion-origin"
 HEADERS = "array<struct<key:string,value:binary>>"
@@ -55,8 +58,29 @@ def has(storage: Path, name: str) -> bool:
 
 
 def rows(storage: Path, name: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
-    """A dataset's rows as Python values, read without the JVM (deletion vectors applied)."""
-    return read_table(path_of(storage, name), columns).to_pylist()
+    """A dataset's rows as pyarrow gives them, read without the JVM (deletion vectors applied),
+    but for its dates and timestamps: those are read from their integers (`delta_rs.python_rows`),
+    since gold holds years outside 1-9999 where pyarrow's conversion fails; such a value is its
+    text, and an instant is an aware UTC datetime (`+00:00` after its text)."""
+    table = read_table(path_of(storage, name), columns)
+    moments = [f for f in table.schema if pa.types.is_date32(f.type) or pa.types.is_timestamp(f.type)]
+    found = table.drop_columns([f.name for f in moments]).to_pylist()
+    # Instants as their UTC wall clock, so that python_rows gives no local time.
+    naive = [
+        table.column(f.name).cast(pa.timestamp(f.type.unit)) if _zoned(f) else table.column(f.name) for f in moments
+    ]
+    read = python_rows(pa.table(naive, names=[f.name for f in moments])) if moments else []
+    for row, values in zip(found, read, strict=False):
+        for field in moments:
+            value = values[field.name]
+            if _zoned(field) and value is not None:
+                value = value.replace(tzinfo=dt.UTC) if isinstance(value, dt.datetime) else f"{value}+00:00"
+            row[field.name] = value
+    return [{n: row[n] for n in table.schema.names} for row in found]
+
+
+def _zoned(field: pa.Field) -> bool:
+    return pa.types.is_timestamp(field.type) and field.type.tz is not None
 
 
 def ref_of(row: dict[str, Any]) -> str:

@@ -60,3 +60,15 @@ def test_a_failing_fail_rule_stops_the_batch_naming_its_first_failing_row(spark)
         exp.split(marked, rules, "d")
     assert "'id': 3" in str(failure.value)
     marked.unpersist()
+
+
+def test_the_first_failing_row_is_named_whatever_year_it_holds(spark):
+    """A gold row may hold a date beyond year 9999, where Spark's `collect()` fails: the row is
+    named with it as text, and the failure is the expectation's."""
+    rules = (Expectation("small", "id < 2", Action.FAIL),)
+    rows = spark.sql("SELECT 7 AS id, DATE'+10000-01-01' AS d")
+    marked = exp.mark(rows, rules, "g").cache()
+    with pytest.raises(ExpectationFailed, match=r"g: expectation\(s\) small failed on 1 row\(s\)") as failure:
+        exp.split(marked, rules, "g")
+    assert "'d': '+10000-01-01'" in str(failure.value)
+    marked.unpersist()

@@ -5,6 +5,7 @@ does not read (type widening) is read by Spark."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -255,8 +256,19 @@ TIMES = [
     "2262-04-12 23:47:16.854776",
     "9999-12-31 23:59:59.999999",
 ]
+#: Beyond years 1-9999, which gold holds as Spark's DATE and TIMESTAMP do (PostgreSQL's first
+#: day, 1 BC, a year past 9999, PostgreSQL's last date, Debezium's long for `infinity`): they
+#: show as Spark's cast spells them.
+BEYOND = [
+    ("-4712-01-01", "-4712-01-01 12:00:00"),
+    ("0000-12-31", "0000-12-31 23:59:59.999999"),
+    ("+10000-01-01", "+10000-01-01 00:00:00"),
+    ("+5874897-12-31", "+294247-01-10 04:00:25.2"),
+]
 MOMENT_COLUMNS = {"moments": "id:int,d:date,t:timestamp,n:timestamp_ntz,k:int"}
 TEXT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
+#: Microseconds since the epoch of 0001-01-01 00:00 and 9999-12-31 23:59:59.999999 UTC.
+UTC_YEARS_1_TO_9999 = (-62135596800000000, 253402300799999999)
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
@@ -301,10 +313,12 @@ def moment(op: str, lsn: int, row: dict[str, Any]) -> str:
 @pytest.fixture(scope="module")
 def extremes(spark, tmp_path_factory) -> Path:
     """Gold typed from the extremes in two runs (the second MERGEs an update of each row), and
-    a change quarantined by `values_cast` that carries them too, so the report samples them."""
+    a change quarantined by `values_cast` that carries them too, so the report samples them;
+    the rows after the first `len(DATES)` hold years beyond 1-9999 (`BEYOND`)."""
     folder = tmp_path_factory.mktemp("extremes")
     feed, root = folder / "moments.jsonl", folder / "storage"
-    rows = [{"id": i, "d": d, "t": t, "n": t, "k": i} for i, (d, t) in enumerate(zip(DATES, TIMES, strict=True))]
+    moments = [*zip(DATES, TIMES, strict=True), *BEYOND]
+    rows = [{"id": i, "d": d, "t": t, "n": t, "k": i} for i, (d, t) in enumerate(moments)]
     feed.write_text("".join(moment("c", 10 + r["id"], r) for r in rows), encoding="utf-8")
     ingest(spark, "debezium-json", feed, root, keys={"moments": "id"}, columns=MOMENT_COLUMNS, layout="json-lines")
     later = [moment("u", 100 + r["id"], {**r, "k": 100 + r["id"]}) for r in rows]
@@ -338,39 +352,54 @@ def spark_text(spark: Any, df: Any, limit: int) -> list[dict[str, Any]]:
     """What `show` must print, from Spark's own values, never through Python's datetime (whose
     `fromtimestamp`, which Spark's `collect` uses, fails on the first day of year 1): dates and
     timestamps as Spark's JVM formats them in the CLI's local time, with microseconds; a TIMESTAMP
-    whose local time lies outside years 1-9999 as its UTC instant (`show`'s rule)."""
+    whose local time lies outside years 1-9999 as its UTC instant (`show`'s rule). A value whose
+    year (in UTC) lies outside 1-9999 as Spark's `CAST(... AS STRING)` in UTC, an instant's with
+    `+00:00`."""
     kinds = {f.name: f.dataType.typeName() for f in df.schema.fields}
     timed = [name for name, kind in kinds.items() if kind in ("date", "timestamp", "timestamp_ntz")]
     ordered = [name for name, kind in kinds.items() if kind not in ("map", "array", "struct", "binary")]
     picked = []
     for name, kind in kinds.items():
         column = F.col(f"`{name}`")
-        if kind == "date":
-            picked.append(F.date_format(column, "yyyy-MM-dd").alias(name))
-        elif kind in ("timestamp", "timestamp_ntz"):
+        if kind == "date":  # date_format overflows on a date beyond what TIMESTAMP holds
+            picked.append(F.when(F.year(column).between(1, 9999), F.date_format(column, "yyyy-MM-dd")).alias(name))
+        elif kind == "timestamp_ntz":
             picked += [F.date_format(column, TEXT).alias(name), F.year(column).alias(f"{name}__year")]
-            if kind == "timestamp":
-                picked.append(F.unix_micros(column).alias(f"{name}__micros"))
+        elif kind == "timestamp":  # in local time only within years 1-9999 in UTC: Spark overflows beyond
+            within = F.unix_micros(column).between(*UTC_YEARS_1_TO_9999)
+            picked += [
+                F.when(within, F.date_format(column, TEXT)).alias(name),
+                F.when(within, F.year(column)).alias(f"{name}__year"),
+                F.unix_micros(column).alias(f"{name}__micros"),
+            ]
         else:
             picked.append(column.alias(name))
+    in_utc = [F.year(F.col(f"`{n}`")).alias(f"{n}__utc_year") for n in timed]
+    in_utc += [F.col(f"`{n}`").cast("string").alias(f"{n}__cast") for n in timed]
     with session_time_zone(spark, LOCAL_TIME):
         rows = [r.asDict(recursive=True) for r in df.orderBy(*ordered).limit(limit).select(*picked).collect()]
+    with session_time_zone(spark, "UTC"):
+        casts = [r.asDict() for r in df.orderBy(*ordered).limit(limit).select(*in_utc).collect()]
     shown = []
-    for row in rows:
+    for row, cast in zip(rows, casts, strict=True):
         for name in timed:
             year, micros = row.pop(f"{name}__year", None), row.pop(f"{name}__micros", None)
-            if micros is not None and not 1 <= year <= 9999:
+            if cast[f"{name}__utc_year"] is not None and not 1 <= cast[f"{name}__utc_year"] <= 9999:
+                row[name] = cast[f"{name}__cast"] + ("+00:00" if kinds[name] == "timestamp" else "")
+            elif micros is not None and not 1 <= year <= 9999:
                 row[name] = (EPOCH + dt.timedelta(microseconds=micros)).isoformat(timespec="microseconds")
         shown.append({k: v if k in timed else _jsonable(v) for k, v in row.items()})
     return shown
 
 
 def as_text(row: dict[str, Any], kinds: dict[str, str]) -> dict[str, Any]:
-    """A row `show` printed, its timestamps with microseconds as `spark_text` gives them."""
+    """A row `show` printed, its timestamps with microseconds as `spark_text` gives them (a text
+    with a signed year, beyond what Python's datetime holds, as it is)."""
     out = dict(row)
     for name, kind in kinds.items():
         if kind in ("timestamp", "timestamp_ntz") and out[name] is not None:
-            out[name] = dt.datetime.fromisoformat(out[name]).isoformat(timespec="microseconds")
+            with contextlib.suppress(ValueError):
+                out[name] = dt.datetime.fromisoformat(out[name]).isoformat(timespec="microseconds")
     return out
 
 
@@ -392,7 +421,8 @@ def test_new_files_hold_timestamps_as_microseconds(extremes):
 
 
 def test_show_gives_spark_values_on_the_extremes(spark, extremes):
-    """Every dataset, every row: dates and timestamps from year 1 to 9999 as Spark reads them."""
+    """Every dataset, every row: dates and timestamps from year 1 to 9999 as Spark reads them,
+    and beyond those as Spark's cast spells them."""
     names = [e["name"] for e in dataset_status(extremes)]
     result = subprocess.run(
         [sys.executable, "-c", SHOW_EVERY_DATASET, str(extremes), *names],
@@ -404,7 +434,7 @@ def test_show_gives_spark_values_on_the_extremes(spark, extremes):
     assert result.returncode == 0, result.stderr[-3000:]
     shown = json.loads(result.stdout)
     gold = read_dataset(spark, extremes, "gold_moments")
-    assert gold.count() == len(DATES)
+    assert gold.count() == len(DATES) + len(BEYOND)
     for name in names:
         df = read_dataset(spark, extremes, name)
         kinds = {f.name: f.dataType.typeName() for f in df.schema.fields}
@@ -412,6 +442,13 @@ def test_show_gives_spark_values_on_the_extremes(spark, extremes):
     last = next(r for r in shown["gold_moments"] if r["id"] == len(DATES) - 1)
     assert (last["d"], last["n"]) == ("9999-12-31", "9999-12-31T23:59:59.999999")
     assert last["t"] == "9999-12-31T23:59:59.999999+00:00"  # 10000-01-01 in local time: the instant
+    beyond = sorted((r for r in shown["gold_moments"] if r["id"] >= len(DATES)), key=lambda r: r["id"])
+    assert [(r["d"], r["n"], r["t"]) for r in beyond] == [
+        ("-4712-01-01", "-4712-01-01 12:00:00", "-4712-01-01 12:00:00+00:00"),
+        ("0000-12-31", "0000-12-31 23:59:59.999999", "0000-12-31 23:59:59.999999+00:00"),
+        ("+10000-01-01", "+10000-01-01 00:00:00", "+10000-01-01 00:00:00+00:00"),
+        ("+5874897-12-31", "+294247-01-10 04:00:25.2", "+294247-01-10 04:00:25.2+00:00"),
+    ]
 
 
 def test_status_and_the_report_on_the_extremes(spark, extremes, tmp_path):

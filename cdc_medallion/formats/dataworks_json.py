@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from cdc_medallion.civil_time import epoch_timestamp_text
 from cdc_medallion.formats.base import Format, ParseError, millis_to_ts, register_format
 from cdc_medallion.formats.json_common import (
     id_field,
@@ -34,7 +35,7 @@ from cdc_medallion.formats.json_common import (
     tombstone,
 )
 from cdc_medallion.formats.message import BronzeMessage, Event
-from cdc_medallion.formats.values import b64decode, dumps, epoch_timestamp_text, inferred_type, text_of
+from cdc_medallion.formats.values import b64decode, dumps, inferred_type, text_of
 from cdc_medallion.model import (
     KIND_CHANGE,
     KIND_HEARTBEAT,

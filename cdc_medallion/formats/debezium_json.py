@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import Field
 from pyspark.sql import DataFrame
 
+from cdc_medallion.civil_time import NANOS, date_text, epoch_timestamp_text
 from cdc_medallion.formats import debezium_native
 from cdc_medallion.formats.base import Format, FormatOptions, ParseError, millis_to_ts, register_format
 from cdc_medallion.formats.debezium_types import CONNECT_TYPES, DECIMAL, LOGICAL_TYPES
@@ -42,13 +43,10 @@ from cdc_medallion.formats.json_common import (
 )
 from cdc_medallion.formats.message import BronzeMessage, Event
 from cdc_medallion.formats.values import (
-    NANOS,
     b64decode,
-    date_text,
     decimal_from_bytes,
     decimal_text,
     dumps,
-    epoch_timestamp_text,
     inferred_type,
     loads,
     text_of,

@@ -8,6 +8,7 @@ distinguishable from NULL. Each value is written as text that Spark's `try_cast`
 from __future__ import annotations
 
 import base64
+import calendar
 import datetime as dt
 import decimal
 import json
@@ -15,6 +16,7 @@ import math
 import re
 from typing import Any
 
+from cdc_medallion.civil_time import DAY_SECONDS, INFINITIES, NANOS, civil_days, epoch_timestamp_text, fraction_text
 from cdc_medallion.sqltypes import MAX_PRECISION, decimal_type, wider
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -173,65 +175,6 @@ def widen(current: str | None, new: str | None) -> str | None:
 
 
 # --- times --------------------------------------------------------------------------------------
-NANOS = 1_000_000_000
-_DAY_SECONDS = 86_400
-
-
-def date_text(days: int) -> str:
-    """A date from days since 1970-01-01 (proleptic Gregorian, as Spark's DATE), by integer
-    arithmetic: `0001-01-01` to `9999-12-31` as ISO text; a year beyond those with its sign
-    (`+10000-01-01`; year 0 is 1 BC, `-0001` is 2 BC, as Spark and ISO 8601 count), which gold's
-    cast refuses (`layers/gold.typed`), so the change is quarantined in gold, naming the column
-    and the value, and its key is reported stale (Python's `date` cannot hold those years)."""
-    year, month, day = civil_date(days)
-    return f"{year_text(year)}-{month:02d}-{day:02d}"
-
-
-def civil_date(days: int) -> tuple[int, int, int]:
-    """(year, month, day) of days since 1970-01-01 in the proleptic Gregorian calendar, for any
-    number of days (Howard Hinnant's `civil_from_days`: 400-year eras of 146097 days)."""
-    era, day_of_era = divmod(days + 719468, 146097)
-    year_of_era = (day_of_era - day_of_era // 1460 + day_of_era // 36524 - day_of_era // 146096) // 365
-    day_of_year = day_of_era - (365 * year_of_era + year_of_era // 4 - year_of_era // 100)
-    shifted_month = (5 * day_of_year + 2) // 153  # March is 0
-    day = day_of_year - (153 * shifted_month + 2) // 5 + 1
-    month = shifted_month + 3 if shifted_month < 10 else shifted_month - 9
-    return year_of_era + era * 400 + (month <= 2), month, day
-
-
-def civil_days(year: int, month: int, day: int) -> int:
-    """Days since 1970-01-01 of a proleptic Gregorian date (the inverse of `civil_date`)."""
-    year -= month <= 2
-    era, year_of_era = divmod(year, 400)
-    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
-    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
-    return era * 146097 + day_of_era - 719468
-
-
-def year_text(year: int) -> str:
-    """A year as ISO 8601 (and Spark's cast) spell it: four digits in 0-9999, else signed."""
-    if year > 9999:
-        return f"+{year}"
-    return f"{year:04d}" if year >= 0 else f"-{-year:04d}"
-
-
-def epoch_timestamp_text(amount: int, per_second: int) -> str:
-    """UTC timestamp text of `amount` units (`per_second` of them a second: 1000 for
-    milliseconds, 10**6, 10**9) since the epoch, by integer arithmetic: nothing is rounded.
-    The fraction is 6 digits when the time is whole microseconds (and not whole seconds), 9 when
-    it has nanoseconds; a year beyond 1-9999 signed, as `date_text` writes it."""
-    seconds, part = divmod(amount, per_second)
-    days, second_of_day = divmod(seconds, _DAY_SECONDS)
-    hour, rest = divmod(second_of_day, 3600)
-    return f"{date_text(days)} {hour:02d}:{rest // 60:02d}:{rest % 60:02d}{_fraction(part * NANOS // per_second)}"
-
-
-def _fraction(nanos: int) -> str:
-    if not nanos:
-        return ""
-    return f".{nanos // 1000:06d}" if nanos % 1000 == 0 else f".{nanos:09d}"
-
-
 def timestamp_text(value: dt.datetime, nanos: int | None = None) -> str:
     """UTC timestamp text Spark casts exactly (microseconds kept; with `nanos`, the nanoseconds
     of the second, which replace the datetime's microseconds)."""
@@ -239,7 +182,7 @@ def timestamp_text(value: dt.datetime, nanos: int | None = None) -> str:
         value = value.astimezone(dt.UTC).replace(tzinfo=None)
     if nanos is None:
         return value.isoformat(sep=" ")
-    return value.replace(microsecond=0).isoformat(sep=" ") + _fraction(nanos)
+    return value.replace(microsecond=0).isoformat(sep=" ") + fraction_text(nanos)
 
 
 def time_text(amount: int, per_second: int = 1_000_000) -> str:
@@ -257,28 +200,33 @@ def time_text(amount: int, per_second: int = 1_000_000) -> str:
 
 
 _ZONED = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s*(Z|[+-]\d{2}(?::?\d{2}(?::?\d{2})?)?)?"
+    r"([+-]?\d{4,})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?\s*"
+    r"(Z|[+-]\d{2}(?::?\d{2}(?::?\d{2})?)?)?"
 )
 
 
 def zoned_timestamp_text(text: str) -> str:
     """An ISO-8601 timestamp with an offset (`2020-05-13T15:40:06.123456789+08:00`, `...Z`; none:
     UTC) as UTC timestamp text, its fraction of 1-9 digits kept to the nanosecond (Python's
-    `fromisoformat` would cut it to microseconds). A ValueError for anything else."""
+    `fromisoformat` would cut it to microseconds), by integer arithmetic, so that a year outside
+    1-9999 (`-4712-01-01T00:00:00Z`, `+294246-12-31T23:59:59.999999Z`) converts too; `infinity`
+    and `-infinity` as they are (`civil_time.INFINITIES`: gold's cast gives them Spark's last and first
+    instants). A ValueError for anything else."""
+    if text.strip().lower() in INFINITIES:
+        return text.strip().lower()
     match = _ZONED.fullmatch(text.strip())
     if match is None:
         raise ValueError(f"not an ISO-8601 timestamp: {text[:60]!r}")
     year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    if not (1 <= month <= 12 and 1 <= day <= calendar.monthrange(2000 + year % 400, month)[1]):
+        raise ValueError(f"not a date: {text[:60]!r}")
+    if hour > 23 or minute > 59 or second > 59:
+        raise ValueError(f"not a time of day: {text[:60]!r}")
     nanos = int((match.group(7) or "0").ljust(9, "0"))
-    zone = _offset(match.group(8))
-    local = dt.datetime(year, month, day, hour, minute, second, tzinfo=zone)
-    try:
-        return timestamp_text(local, nanos)
-    except OverflowError:  # in UTC beyond years 1-9999: the same text by integer arithmetic
-        offset = zone.utcoffset(None)
-        assert offset is not None
-        seconds = civil_days(year, month, day) * _DAY_SECONDS + hour * 3600 + minute * 60 + second
-        return epoch_timestamp_text((seconds - int(offset.total_seconds())) * NANOS + nanos, NANOS)
+    offset = _offset(match.group(8)).utcoffset(None)
+    assert offset is not None
+    seconds = civil_days(year, month, day) * DAY_SECONDS + hour * 3600 + minute * 60 + second
+    return epoch_timestamp_text((seconds - int(offset.total_seconds())) * NANOS + nanos, NANOS)
 
 
 def _offset(zone: str | None) -> dt.tzinfo:

@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import ArrayType, DataType, StringType, StructField, StructType, _parse_datatype_string
 
 from cdc_medallion import dp
+from cdc_medallion.civil_time import INFINITIES
 from cdc_medallion.config import PipelineConf, TableConf
 from cdc_medallion.identifiers import (
     COLUMN_MAPPING,
@@ -53,9 +54,11 @@ def typed(value: str, spark_type: str) -> str:
 
     A value the type cannot hold exactly does not convert either: Spark's cast would round a
     decimal to the column's scale (`1.005` in DECIMAL(9,2) is 1.01), cut a timestamp's
-    nanoseconds and a date's time of day, all without a word; a year outside 1-9999 does not
-    convert either. The type is re-spelled by Spark's
-    own parser, so conf text never reaches SQL as written.
+    nanoseconds and a date's time of day, all without a word. A year outside 1-9999 (a BC date,
+    `+10000-01-01`, Debezium's extreme longs for PostgreSQL's `infinity`) converts: Spark's DATE
+    and TIMESTAMP hold it, and the readers beside Spark print it as text (`civil_time`); the
+    words `infinity` and `-infinity` are Spark's last and first instants (`INFINITIES`). The
+    type is re-spelled by Spark's own parser, so conf text never reaches SQL as written.
     """
     kind = _type_sql(spark_type.strip())
     if kind == "binary":
@@ -68,15 +71,17 @@ def typed(value: str, spark_type: str) -> str:
     decimal = _DECIMAL.fullmatch(kind)
     if decimal is not None:
         return f"CASE WHEN {_within_scale(value, int(decimal[2]))} THEN {cast} END"
-    # Years 1-9999 only: Spark holds more (BC years, +10000), but no reader beside it does
-    # (Python's datetime, what `show` and the report print through) and the sources mean those
-    # as markers mostly (PostgreSQL's infinity); `values_cast` quarantines them, naming the text.
-    years = f"year({cast}) BETWEEN 1 AND 9999"
     if kind in ("timestamp", "timestamp_ntz"):
-        return f"CASE WHEN NOT {value} rlike '[.][0-9]{{6}}[0-9]*[1-9]' AND {years} THEN {cast} END"  # no nanoseconds
+        zone = "Z" if kind == "timestamp" else ""  # an instant's text in UTC, whatever the session's zone
+        words = " ".join(f"WHEN '{word}' THEN CAST('{text}{zone}' AS {kind})" for word, text in INFINITIES.items())
+        exact = f"CASE WHEN NOT {value} rlike '[.][0-9]{{6}}[0-9]*[1-9]' THEN {cast} END"  # no nanoseconds
+        return f"CASE lower(trim({value})) {words} ELSE {exact} END"
     if kind == "date":
-        whole_day = f"try_cast({value} AS timestamp_ntz) = CAST({cast} AS timestamp_ntz)"
-        return f"CASE WHEN {whole_day} AND {years} THEN {cast} END"
+        # A time of day must be midnight; a date past what TIMESTAMP_NTZ holds (year 294247)
+        # is compared by its text.
+        same = f"try_cast({value} AS timestamp_ntz) = try_cast({cast} AS timestamp_ntz)"
+        whole_day = f"coalesce({same}, NOT {value} rlike '[T ]' OR {value} rlike '[T ]00:00(:00([.]0+)?)?$')"
+        return f"CASE WHEN {whole_day} THEN {cast} END"
     return cast
 
 

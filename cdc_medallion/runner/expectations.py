@@ -16,6 +16,7 @@ from cdc_medallion.declarative.constraints import null_safe
 from cdc_medallion.declarative.definitions import Action, Expectation
 from cdc_medallion.errors import ExpectationFailed, GraphError
 from cdc_medallion.identifiers import sql_text
+from cdc_medallion.storage.delta_rs import python_rows
 
 FAILED = "failed_expectations"
 
@@ -115,11 +116,12 @@ def split(marked: DataFrame, expectations: tuple[Expectation, ...], dataset: str
     report.dropped = int(totals["__d"] or 0)
     failing = [n for n in by_action[Action.FAIL] if report.counts[n][1] > 0]
     if failing:
-        sample = marked.filter(_any_of(failing)).limit(1).collect()
+        # Through Arrow: `collect()` fails on a date or timestamp outside years 1-9999.
+        sample = python_rows(marked.filter(_any_of(failing)).limit(1).drop(FAILED).toArrow())
         raise ExpectationFailed(
             f"{dataset}: expectation(s) {', '.join(failing)} failed on "
             f"{sum(report.counts[n][1] for n in failing)} row(s); nothing was committed. "
-            f"First failing row: {sample[0].asDict() if sample else '?'}"
+            f"First failing row: {sample[0] if sample else '?'}"
         )
     rejected = _any_of(by_action[Action.DROP] + by_action[Action.QUARANTINE])
     valid = marked.filter(f"NOT ({rejected})").drop(FAILED)
