@@ -9,7 +9,7 @@ from typing import Any
 from pyspark.sql.types import StructType
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
-from cdc_medallion.runner.auto_cdc import apply_batch
+from cdc_medallion.runner.auto_cdc.applier import apply_batch
 from cdc_medallion.storage.delta_store import DeltaStore, Txn
 
 

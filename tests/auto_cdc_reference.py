@@ -2,7 +2,7 @@
 
 The Databricks stand-ins record `create_auto_cdc_flow` / `apply_changes` calls; this applies one
 to the rows of its source, in plain Python over collected rows (`tests/scd_model.py`), written
-apart from the local runner's `runner/auto_cdc.py`, so that a test comparing the two compares
+apart from the local runner's `runner/auto_cdc/`, so that a test comparing the two compares
 two implementations. What it follows ([CDC-REF]: the `create_auto_cdc_flow` Python reference and
 the SQL `AUTO CDC INTO` reference):
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from pyspark.sql.types import ArrayType, IntegerType, StringType, StructField, StructType
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
-from cdc_medallion.runner.auto_cdc import AutoCdcApplier
+from cdc_medallion.runner.auto_cdc import scd1
 from tests.auto_cdc_harness import apply_batches, target_rows
 from tests.scd_model import History
 
@@ -220,19 +220,19 @@ def test_scd1_rebuilds_only_a_batch_with_a_partial_image_or_after_a_truncate(spa
     """Whole images apply by their last event per key; a partial image, and every batch once a
     truncate was seen, go through the rebuild. The tables equal the model's either way."""
     taken: list[str] = []
-    latest = AutoCdcApplier._write_scd1_latest
-    rebuilt = AutoCdcApplier._write_scd1
+    latest = scd1.write_latest
+    rebuilt = scd1.write_rebuilt
 
-    def by_latest(self, *args, **kwargs):
+    def by_latest(*args, **kwargs):
         taken.append("latest")
-        return latest(self, *args, **kwargs)
+        return latest(*args, **kwargs)
 
-    def by_rebuild(self, *args, **kwargs):
+    def by_rebuild(*args, **kwargs):
         taken.append("rebuild")
-        return rebuilt(self, *args, **kwargs)
+        return rebuilt(*args, **kwargs)
 
-    monkeypatch.setattr(AutoCdcApplier, "_write_scd1_latest", by_latest)
-    monkeypatch.setattr(AutoCdcApplier, "_write_scd1", by_rebuild)
+    monkeypatch.setattr(scd1, "write_latest", by_latest)
+    monkeypatch.setattr(scd1, "write_rebuilt", by_rebuild)
     batches = [
         [(1, "a", "x", 1, "U", None), (2, "b", "y", 2, "U", _COLUMNS), (3, "c", "z", 3, "U", None)],
         [(1, "a2", None, 4, "U", ["id", "name", "seq"]), (2, None, None, 5, "D", None)],

@@ -9,7 +9,7 @@ Locally: `run_pipeline` on the files. On Databricks: `transformations/` is evalu
 recording stand-ins, and the recorded graph is executed on real Spark by `GraphRun`: every query
 function of silver and gold runs over the bronze rows the local run landed (bronze reads Kafka
 on Databricks), and each auto CDC flow is applied as Databricks documents it
-(`tests/auto_cdc_reference.py`, written apart from `runner/auto_cdc.py`). SCD1 must be equal
+(`tests/auto_cdc_reference.py`, written apart from `runner/auto_cdc/`). SCD1 must be equal
 everywhere; SCD2 too, but for the one documented difference: Databricks' SCD2 takes no
 truncates (`declarative/databricks.py`), so a version that was open at a truncate, and whose key
 has no later event, ends at the truncate locally and stays open on Databricks. The comparison

@@ -14,7 +14,7 @@ from cdc_medallion.config import load_conf
 from cdc_medallion.errors import CdcMedallionError, ExpectationFailed, GraphError
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.runner import expectations
-from cdc_medallion.runner.auto_cdc import AutoCdcApplier
+from cdc_medallion.runner.auto_cdc.applier import AutoCdcApplier
 from cdc_medallion.runner.event_log import EVENT_LOG
 from cdc_medallion.runner.local import LocalRunner
 from cdc_medallion.storage import delta_rs
@@ -134,9 +134,9 @@ def test_truncates_by_timestamp_sequence_stored_and_new_in_one_batch(spark, tmp_
 @pytest.mark.parametrize("broadcast_keys", [2_000_000, 0], ids=["keys-broadcast", "keys-shuffled"])
 def test_a_batch_rebuilds_only_the_keys_it_touches_by_either_join(spark, tmp_path, monkeypatch, broadcast_keys):
     """Small batches ship their keys to the target scan; huge ones shuffle. Both give DLT's result."""
-    from cdc_medallion.runner import auto_cdc
+    from cdc_medallion.runner.auto_cdc import target
 
-    monkeypatch.setattr(auto_cdc, "BROADCAST_KEYS", broadcast_keys)
+    monkeypatch.setattr(target, "BROADCAST_KEYS", broadcast_keys)
     runner, storage = make_pipeline(
         tmp_path,
         """

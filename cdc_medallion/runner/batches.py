@@ -26,7 +26,9 @@ from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow, Dataset,
 from cdc_medallion.faults import commit_point
 from cdc_medallion.quality.events import StaleKeys
 from cdc_medallion.runner import expectations as exp
-from cdc_medallion.runner.auto_cdc import ApplyResult, AutoCdcApplier, ChangeBatch, FeedState, feed_spec
+from cdc_medallion.runner.auto_cdc.applier import AutoCdcApplier
+from cdc_medallion.runner.auto_cdc.feed import ChangeBatch, FeedState, feed_spec
+from cdc_medallion.runner.auto_cdc.target import ApplyResult
 from cdc_medallion.runner.stale_keys import StaleKeyState
 from cdc_medallion.storage.delta_store import Txn
 

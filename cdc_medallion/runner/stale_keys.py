@@ -29,7 +29,14 @@ from pyspark.sql import functions as F
 from cdc_medallion.declarative.definitions import AutoCdcFlow
 from cdc_medallion.identifiers import quote
 from cdc_medallion.quality.events import StaleKeys
-from cdc_medallion.runner.auto_cdc import ChangeBatch, FeedState, change_events, data_columns, is_partial, state_prefix
+from cdc_medallion.runner.auto_cdc.feed import (
+    ChangeBatch,
+    FeedState,
+    change_events,
+    data_columns,
+    is_partial,
+    state_prefix,
+)
 from cdc_medallion.runner.event_columns import SCD1_SEQUENCE, SEQ, TRUNCATE
 from cdc_medallion.storage.delta_store import DeltaStore, Txn
 

@@ -332,7 +332,7 @@ class DeltaStore:
     @contextmanager
     def merging(self, session: SparkSession) -> Iterator[None]:
         """Settings for our MERGEs: their source is already computed once and detached
-        (`auto_cdc._detached`), so Delta need not copy it again."""
+        (`auto_cdc.target.detached`), so Delta need not copy it again."""
         settings = {"spark.databricks.delta.merge.materializeSource": "none"}
         previous = {key: session.conf.get(key, None) for key in settings}
         for key, value in settings.items():
