@@ -14,8 +14,8 @@ from bench.timing import best_of
 from cdc_medallion.config import PipelineConf
 from cdc_medallion.formats import get_format
 from cdc_medallion.formats.base import _event_arrow_schema
-from cdc_medallion.layers import bronze_name, layer_of
 from cdc_medallion.model import EVENT_SCHEMA
+from cdc_medallion.names import bronze_name, layer_of
 from cdc_medallion.parsing.cores import spread_over_cores
 from cdc_medallion.pipeline import RunSummary, run_pipeline
 from cdc_medallion.quality.rules import load_rules

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc_medallion.errors import ConfigError
+from cdc_medallion.names import SYSTEM_DIR
 
 
 def dataset_status(storage: Path) -> list[dict[str, Any]]:
@@ -21,7 +22,7 @@ def dataset_status(storage: Path) -> list[dict[str, Any]]:
     _require_storage(storage)
     entries = []
     for info in stored_datasets(storage.resolve()):  # no Spark needed to list tables
-        layer = info.properties.get("layer") or ("system" if "/_system/" in info.path else "unknown")
+        layer = info.properties.get("layer") or ("system" if f"/{SYSTEM_DIR}/" in info.path else "unknown")
         entry: dict[str, Any] = {"name": info.name, "layer": layer, "rows": info.rows, "path": info.path}
         if layer == "gold":
             entry["source_table"] = info.properties.get("source_table")

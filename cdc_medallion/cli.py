@@ -19,6 +19,7 @@ from typing import Any
 from cdc_medallion.catalog import dataset_status, first_rows
 from cdc_medallion.config import DEFAULT_MAX_MESSAGES_PER_BATCH
 from cdc_medallion.errors import CdcMedallionError, ConfigError, ExpectationFailed, first_line
+from cdc_medallion.names import SYSTEM_DIR
 
 DEFAULT_CONF = "conf/local.yml"
 
@@ -57,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--storage", help="storage root of a local pipeline")
     source.add_argument("--event-log-table", help="a Databricks pipeline event log table (catalog.schema.table)")
     report.add_argument("--tables-schema", help="with --event-log-table: catalog.schema of the pipeline's tables")
-    report.add_argument("--output", help="folder for the pages (default <storage>/_system/quality/report)")
+    report.add_argument("--output", help=f"folder for the pages (default <storage>/{SYSTEM_DIR}/quality/report)")
     report.add_argument("--max-updates", type=int, default=50, help="updates shown and trended (default 50)")
     report.add_argument("--open", action="store_true", help="open the report in a browser")
 

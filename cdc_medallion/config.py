@@ -29,7 +29,8 @@ from cdc_medallion.conf_files import (
     resolve_path,
 )
 from cdc_medallion.errors import ConfigError
-from cdc_medallion.identifiers import dataset_name, dataset_part
+from cdc_medallion.identifiers import dataset_part
+from cdc_medallion.names import gold_name
 from cdc_medallion.strict import check, load_yaml
 
 __all__ = [
@@ -62,7 +63,7 @@ class TableConf:
     @property
     def gold_name(self) -> str:
         base = self.name or self.table.split(".")[-1]
-        return dataset_name("gold", dataset_part(base))
+        return gold_name(dataset_part(base))
 
     def matches(self, schema: str | None, table: str | None) -> bool:
         """`table` in conf may be `name` or `schema.name`; matching is case-insensitive."""

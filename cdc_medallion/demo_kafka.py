@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc_medallion.lines import lines_of
+from cdc_medallion.names import gold_name
 
 REPO = Path(__file__).resolve().parents[1]
 STORAGE = REPO / ".data" / "demo-kafka"
@@ -110,10 +111,10 @@ def compare(expected: dict[str, list[dict[str, Any]]]) -> list[str]:
     paths = {d["name"]: d["path"] for d in dataset_status(STORAGE)}
     differences: list[str] = []
     for table, keys in KEYS.items():
-        if f"gold_{table}" not in paths:
+        if gold_name(table) not in paths:
             differences.append(f"{table}: no gold_{table} table")
             continue
-        gold = read_table(paths[f"gold_{table}"]).to_pylist()
+        gold = read_table(paths[gold_name(table)]).to_pylist()
         want = {tuple(r[k] for k in keys): r for r in expected[table]}
         have = {tuple(r[k] for k in keys): r for r in gold}
         for key in sorted(want.keys() - have.keys()):

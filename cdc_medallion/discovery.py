@@ -20,9 +20,9 @@ from pyspark.sql import functions as F
 
 from cdc_medallion.config import PipelineConf, TableConf
 from cdc_medallion.formats.values import widen
-from cdc_medallion.layers import silver_name
 from cdc_medallion.model import KIND_CHANGE, KIND_KEY
-from cdc_medallion.storage.delta_store import STATE_DIR, DeltaStore
+from cdc_medallion.names import STATE_DIR, silver_name
+from cdc_medallion.storage.delta_store import DeltaStore
 
 Columns = dict[tuple[str | None, str], dict[str, tuple[str | None, int]]]
 Keys = dict[tuple[str | None, str], tuple[str, ...]]

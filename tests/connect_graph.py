@@ -46,7 +46,7 @@ def main(url: str, manifest_path: str) -> int:
     from cdc_medallion.declarative import databricks
     from cdc_medallion.declarative.runtime import reading_with
     from cdc_medallion.formats import get_format
-    from cdc_medallion.layers import bronze_name, silver_name
+    from cdc_medallion.names import bronze_name, silver_name
     from cdc_medallion.parsing.cores import PARSE_PARTITIONS_CONF
     from cdc_medallion.runner.graph import transformation_files
     from tests.databricks_standins import Recorder, pipelines_standin

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from cdc_medallion.catalog import dataset_status
 from cdc_medallion.config import SourceConf
-from cdc_medallion.layers import bronze_name, silver_name
+from cdc_medallion.names import bronze_name, silver_name
 from cdc_medallion.storage.delta_rs import python_rows, read_table
 
 ORIGIN_HEADER = "cdc-medallion-origin"

@@ -19,8 +19,9 @@ from cdc_medallion import dp
 from cdc_medallion.declarative.definitions import Action, Expectation
 from cdc_medallion.layers.gold import view_schema
 from cdc_medallion.model import EVENT_SCHEMA
+from cdc_medallion.names import FAILED
 from cdc_medallion.quality.rules import load_rules
-from cdc_medallion.runner.expectations import FAILED, mark
+from cdc_medallion.runner.expectations import mark
 from tests.databricks_standins import Recorder, pipelines_standin
 from tests.helpers import parse
 

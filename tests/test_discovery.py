@@ -11,9 +11,9 @@ from cdc_medallion.discovery import discover
 from cdc_medallion.generator.database import ADDED_COLUMN
 from cdc_medallion.generator.history import generate_history
 from cdc_medallion.generator.renderers import render
-from cdc_medallion.layers import silver_name
 from cdc_medallion.lines import lines_of
-from cdc_medallion.storage.delta_store import STATE_DIR, DeltaStore
+from cdc_medallion.names import STATE_DIR, silver_name
+from cdc_medallion.storage.delta_store import DeltaStore
 from tests.helpers import land_and_parse
 
 

@@ -25,7 +25,7 @@ from cdc_medallion.config import PipelineConf
 from cdc_medallion.generator.compare import diff_scd1, diff_scd2
 from cdc_medallion.generator.history import generate_history
 from cdc_medallion.generator.renderers import RENDERERS, render
-from cdc_medallion.layers import bronze_name, silver_name
+from cdc_medallion.names import bronze_name, silver_name
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.sources.kafka_settings import KafkaSettings
 from tests.helpers import gold_of, land_and_parse, read_rows, rendered_pipeline, source_of

@@ -25,8 +25,8 @@ import pytest
 
 from cdc_medallion.catalog import dataset_status, read_dataset
 from cdc_medallion.config import load_conf
-from cdc_medallion.layers import bronze_name, silver_name
 from cdc_medallion.lines import lines_of
+from cdc_medallion.names import bronze_name, silver_name
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.quality.accounting import account_source
 from cdc_medallion.sources.kafka_dump import unpack_line

@@ -474,8 +474,8 @@ def test_a_checkpoint_from_before_the_split_keeps_parsing_in_one_group(spark, st
     """A silver checkpoint made when Qlik was parsed in one group (layout 1, no layout written
     down) holds its catalog and held messages in that group's state: the next runs must go on in
     one group, or a data message whose metadata came in an earlier run finds none."""
+    from cdc_medallion.names import CHECKPOINT_DIR
     from cdc_medallion.parsing.stateful import LAYOUT_CONF, STATE_LAYOUT
-    from cdc_medallion.storage.delta_store import CHECKPOINT_DIR
 
     folder = tmp_path / "qlik"
     folder.mkdir()

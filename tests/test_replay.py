@@ -20,7 +20,8 @@ from collections.abc import Callable
 import pytest
 
 from cdc_medallion.errors import CdcMedallionError
-from cdc_medallion.storage.delta_store import STATE_DIR, DeltaStore
+from cdc_medallion.names import STATE_DIR
+from cdc_medallion.storage.delta_store import DeltaStore
 from tests.helpers import read_rows
 from tests.test_runner import append, make_pipeline, row
 

@@ -12,10 +12,10 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from cdc_medallion.config import load_conf
 from cdc_medallion.errors import CdcMedallionError, ExpectationFailed, GraphError
+from cdc_medallion.names import EVENT_LOG
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.runner import expectations
 from cdc_medallion.runner.auto_cdc.applier import AutoCdcApplier
-from cdc_medallion.runner.event_log import EVENT_LOG
 from cdc_medallion.runner.local import LocalRunner
 from cdc_medallion.storage import delta_rs
 from cdc_medallion.storage.delta_store import DeltaStore

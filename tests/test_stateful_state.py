@@ -29,10 +29,10 @@ from pyspark.sql import functions as F
 from cdc_medallion.adhoc import adhoc_conf
 from cdc_medallion.formats import get_format
 from cdc_medallion.model import BRONZE_SCHEMA
+from cdc_medallion.names import CHECKPOINT_DIR
 from cdc_medallion.parsing.execute import parse
 from cdc_medallion.parsing.stateful import LAYOUT_CONF
 from cdc_medallion.pipeline import run_pipeline
-from cdc_medallion.storage.delta_store import CHECKPOINT_DIR
 from tests.helpers import datasets, gold_rows, land_and_parse, read_rows
 from tests.test_ibm_qrep_delimited import ACCT, kafka_dump, record, transaction
 from tests.test_qlik_json import METADATA as QLIK_METADATA

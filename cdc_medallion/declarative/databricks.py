@@ -83,16 +83,13 @@ from cdc_medallion.declarative.partial_images import fill_absent_columns
 from cdc_medallion.declarative.registry import GraphElementRegistry
 from cdc_medallion.declarative.runtime import current_reader
 from cdc_medallion.errors import GraphError
+from cdc_medallion.names import CHECKED_SUFFIX, FAILED, INPUT_SUFFIX, QUARANTINE_SUFFIX
 
 API_MODULES = ("pyspark.pipelines", "dlt")
 _REQUIRED = ("table", "create_streaming_table", "append_flow", "expect", "expect_or_drop", "expect_or_fail")
 _AUTO_CDC = ("create_auto_cdc_flow", "apply_changes")
 
-CHECKED_SUFFIX = "__checked"
-QUARANTINE_SUFFIX = "_quarantine"
-FAILED = "failed_expectations"  # the same column the local runner writes to quarantine tables
 QUARANTINED = "__quarantined"
-INPUT_SUFFIX = "__input"  # `<flow>__input`: an auto CDC flow's source as Databricks can take it
 
 PIPELINES, DLT = "pyspark.pipelines", "dlt"
 _DATASET = frozenset(

@@ -7,8 +7,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from cdc_medallion.generator.history import History, Key, Row
+from cdc_medallion.names import END_AT, SCD1_SEQUENCE, START_AT
 
-HIDDEN = ("__sequence", "__START_AT", "__END_AT")
+HIDDEN = (SCD1_SEQUENCE, START_AT, END_AT)
 
 
 def _value(value: Any) -> Any:
@@ -49,9 +50,9 @@ def diff_scd2(history: History, table: str, gold: list[Row]) -> list[str]:
         for key, versions in history.versions()[table].items()
     }
     got: dict[Key, list[tuple[Row, bool]]] = {}
-    for row in sorted(gold, key=lambda r: r["__START_AT"]):
+    for row in sorted(gold, key=lambda r: r[START_AT]):
         key = tuple(row[k] for k in spec.keys)
-        got.setdefault(key, []).append((_data(row, columns), row["__END_AT"] is None))
+        got.setdefault(key, []).append((_data(row, columns), row[END_AT] is None))
     problems = []
     for key in sorted(set(truth) | set(got), key=repr):
         if got.get(key) != truth.get(key):
@@ -59,8 +60,8 @@ def diff_scd2(history: History, table: str, gold: list[Row]) -> list[str]:
                 f"{table}: history of {key} differs:\n  got      {got.get(key)}\n  expected {truth.get(key)}"
             )
     for key in got:  # intervals chain: each version ends where the next starts
-        ordered = sorted((r for r in gold if tuple(r[k] for k in spec.keys) == key), key=lambda r: r["__START_AT"])
+        ordered = sorted((r for r in gold if tuple(r[k] for k in spec.keys) == key), key=lambda r: r[START_AT])
         for earlier, later in itertools.pairwise(ordered):
-            if earlier["__END_AT"] is None or earlier["__END_AT"] > later["__START_AT"]:
+            if earlier[END_AT] is None or earlier[END_AT] > later[START_AT]:
                 problems.append(f"{table}: versions of {key} overlap")
     return problems

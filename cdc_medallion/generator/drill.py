@@ -25,6 +25,7 @@ from cdc_medallion.generator import chaos
 from cdc_medallion.generator.compare import diff_scd1, diff_scd2
 from cdc_medallion.generator.history import History
 from cdc_medallion.generator.renderers import RenderedSource, render
+from cdc_medallion.names import bronze_name, quarantine_name, silver_name
 
 SOURCE = "debezium_json"  # the source `ingest --format debezium-json` names
 # Every run is a fresh JVM on a batch of a few hundred lines, where compiling each query's
@@ -46,7 +47,7 @@ class DrillResult:
     def stages(self) -> Counter[str]:
         """Kills per layer: bronze, silver, gold (from the dataset each kill point names)."""
 
-        from cdc_medallion.layers import layer_of
+        from cdc_medallion.names import layer_of
 
         return Counter(layer_of(kill.split()[-1].strip("()")) for kill in self.kills)
 
@@ -121,19 +122,19 @@ def check(spark: Any, history: History, result: DrillResult) -> list[str]:
     for table in result.rendered.keys:
         problems += diff_scd1(history, table, gold(table, 1))
         problems += diff_scd2(history, table, gold(table, 2))
-    bronze_lines = [r["_line"] for r in rows(f"bronze_{SOURCE}", ["_line"])]
+    bronze_lines = [r["_line"] for r in rows(bronze_name(SOURCE), ["_line"])]
     if len(bronze_lines) != result.lines or len(set(bronze_lines)) != result.lines:
         problems.append(
             f"bronze holds {len(bronze_lines):,} rows ({len(set(bronze_lines)):,} distinct lines) "
             f"for {result.lines:,} lines fed"
         )
-    quarantine = f"silver_{SOURCE}_quarantine"
+    quarantine = quarantine_name(silver_name(SOURCE))
     refs = [r["bronze_ref"] for r in rows(quarantine, ["bronze_ref"])] if quarantine in status else []
     if len(refs) != len(set(refs)):
         problems.append(f"{len(refs) - len(set(refs))} quarantine rows are duplicates")
     if len(set(refs)) != result.garbage:
         problems.append(f"{len(set(refs))} messages quarantined, {result.garbage} garbage lines fed")
-    silver = status[f"silver_{SOURCE}"]["rows"]
+    silver = status[silver_name(SOURCE)]["rows"]
     if silver + len(refs) != result.lines:
         problems.append(f"silver {silver:,} + quarantine {len(refs):,} != {result.lines:,} lines")
     return problems

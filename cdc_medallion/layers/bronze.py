@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from cdc_medallion import dp
 from cdc_medallion.config import PipelineConf, SourceConf
-from cdc_medallion.layers import bronze_name
 from cdc_medallion.model import BRONZE_SCHEMA
+from cdc_medallion.names import bronze_name
 from cdc_medallion.sources import landing_stream
 
 

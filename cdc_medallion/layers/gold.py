@@ -20,14 +20,13 @@ from cdc_medallion.identifiers import (
     COLUMN_MAPPING,
     GOLD_COLUMN_SQL,
     check_column,
-    dataset_name,
     gold_column,
     needs_column_mapping,
     quote,
     sql_text,
 )
-from cdc_medallion.layers import silver_name
 from cdc_medallion.model import KIND_CHANGE, OP_DELETE, OP_TRUNCATE, OP_UPDATE
+from cdc_medallion.names import changes_name, history_name, silver_name
 from cdc_medallion.quality.rules import load_rules
 
 OP, SEQUENCE, PRESENT, CAST_ERRORS, EVENT_TS, BRONZE_REF = (
@@ -175,7 +174,7 @@ def define_table(conf: PipelineConf, table: TableConf) -> None:
     for column in [*table.columns, *table.keys]:
         check_column(column, f"column of {table.table}")
     gold = table.gold_name
-    view = dataset_name("changes", gold.removeprefix("gold_"))
+    view = changes_name(gold)
     keys = [gold_column(k) for k in table.keys]
     key_rules = {f"key_{k}_present": f"{quote(k)} IS NOT NULL OR {OP} = '{OP_TRUNCATE}'" for k in keys}
     rules = load_rules(conf.expectations, "gold", None, view_schema(table.columns))
@@ -200,7 +199,7 @@ def define_table(conf: PipelineConf, table: TableConf) -> None:
     }
     dp.create_streaming_table(name=gold, comment=f"Current state of {table.table}", table_properties=properties)
     dp.create_auto_cdc_flow(target=gold, name=gold, stored_as_scd_type=1, **common)
-    history = f"{gold}_history"
+    history = history_name(gold)
     dp.create_streaming_table(name=history, comment=f"Change history of {table.table}", table_properties=properties)
     dp.create_auto_cdc_flow(
         target=history,

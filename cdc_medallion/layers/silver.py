@@ -11,13 +11,10 @@ from pyspark.sql import functions as F
 from cdc_medallion import dp
 from cdc_medallion.config import PipelineConf, SourceConf
 from cdc_medallion.formats import get_format
-from cdc_medallion.layers import bronze_name, silver_name
 from cdc_medallion.model import EVENT_SCHEMA, KIND_HEARTBEAT, KIND_SCHEMA_CHANGE
+from cdc_medallion.names import HEARTBEATS, SCHEMA_CHANGES, bronze_name, silver_name
 from cdc_medallion.parsing import execute
 from cdc_medallion.quality.rules import load_rules
-
-SCHEMA_CHANGES = "silver_schema_changes"
-HEARTBEATS = "silver_heartbeats"
 
 
 def define_source(conf: PipelineConf, source: SourceConf) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cdc_medallion.model import KIND_HELD
+from cdc_medallion.names import FAILED
 from cdc_medallion.quality.accounting import HELD_SAMPLES, OTHER, OUTCOMES, QUARANTINED, SourceAccounting
 from cdc_medallion.quality.events import EVENT_TYPES, Update, fold_events
 from cdc_medallion.quality.figures import (
@@ -74,12 +75,12 @@ def quarantine_reasons(
     totals: dict[str, int] = {}
     for dataset, path in tables.items():
         columns = delta_rs.column_names(path)
-        if "failed_expectations" not in columns:
+        if FAILED not in columns:
             continue
         ref = next((c for c in ("bronze_ref", "__bronze_ref") if c in columns), None)
         rows = delta_rs.python_rows(delta_rs.read_table(path))
         totals[dataset] = len(rows)
-        exploded = [{**row, "__rule": rule} for row in rows for rule in (row["failed_expectations"] or [None])]
+        exploded = [{**row, "__rule": rule} for row in rows for rule in (row[FAILED] or [None])]
         counts = Counter(row["__rule"] for row in exploded)
         ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0] is not None, item[0] or ""))
         for rule, count in ranked[:TOP_REASONS]:

@@ -19,20 +19,28 @@ from pyspark.sql import functions as F
 
 from cdc_medallion.config import PipelineConf, TableConf
 from cdc_medallion.declarative.definitions import Action
-from cdc_medallion.identifiers import dataset_name
-from cdc_medallion.layers import bronze_name, silver_name
 from cdc_medallion.model import KIND_HEARTBEAT, KIND_SCHEMA_CHANGE
+from cdc_medallion.names import (
+    EVENT_LOG,
+    HEARTBEATS,
+    SCHEMA_CHANGES,
+    SYSTEM_DIR,
+    bronze_name,
+    changes_name,
+    history_name,
+    quarantine_name,
+    silver_name,
+)
 from cdc_medallion.quality.accounting import SourceAccounting, account_source
 from cdc_medallion.quality.events import QUALITY_CHECK, Check, StaleKeys, latest_stale_keys
 from cdc_medallion.quality.memo import QualityMemo
 from cdc_medallion.quality.rules import StaleKeysCheck, stale_keys_check
 from cdc_medallion.quality.suites import SuiteInput
-from cdc_medallion.storage.delta_store import SYSTEM_DIR, DeltaStore
+from cdc_medallion.storage.delta_store import DeltaStore
 
 ACCOUNTING = "accounting"
 REUSED_FROM = "reused_from"  # a quality_check event's: the update whose results it records again
 STALE_KEYS = "stale_keys"
-SCHEMA_CHANGES, HEARTBEATS = "silver_schema_changes", "silver_heartbeats"
 
 
 @dataclass
@@ -59,7 +67,7 @@ def quality_dir(storage: Path) -> Path:
 
 def logged_rows(store: DeltaStore) -> dict[str, tuple[int, int]]:
     """dataset -> (rows written, records quarantined), summed over the whole event log."""
-    name = f"{SYSTEM_DIR}/event_log"
+    name = EVENT_LOG
     if not store.exists(name):
         return {}
     events = store.read(name).filter(F.col("event_type") == "flow_progress")
@@ -99,9 +107,9 @@ def accounting_checks(result: SourceAccounting) -> list[Check]:
 def stale_keys_checks(store: DeltaStore, setting: StaleKeysCheck) -> list[Check]:
     """One check per gold table the event log gives a stale-keys figure for (its latest): it
     fails (or warns, as gold.yml's `stale_keys` says) while the table has stale keys."""
-    if not store.exists(f"{SYSTEM_DIR}/event_log"):
+    if not store.exists(EVENT_LOG):
         return []
-    figures = latest_stale_keys(store.read(f"{SYSTEM_DIR}/event_log"))
+    figures = latest_stale_keys(store.read(EVENT_LOG))
     return [stale_keys_check_of(dataset, stale, setting) for dataset, stale in sorted(figures.items())]
 
 
@@ -151,7 +159,7 @@ def gx_plans(store: DeltaStore, conf: PipelineConf, tables: Iterable[TableConf],
     plans = []
     for source in conf.sources:
         bronze, silver = bronze_name(source.name), silver_name(source.name)
-        quarantine = f"{silver}_quarantine"
+        quarantine = quarantine_name(silver)
         plans += [
             one(bronze, suites.bronze_suite, logged_count(bronze)),
             one(silver, suites.silver_suite, logged_count(silver)),
@@ -164,14 +172,14 @@ def gx_plans(store: DeltaStore, conf: PipelineConf, tables: Iterable[TableConf],
         if not keys or not store.exists(gold):
             continue
         plans.append(one(gold, suites.scd1_suite, keys))
-        history = f"{gold}_history"
+        history = history_name(gold)
         if store.exists(history):
 
             def scd2(history: str = history, gold: str = gold, keys: tuple[str, ...] = keys) -> list[SuiteInput]:
                 return suites.scd2_suites(history, store.read(history), store.read(gold), keys)
 
             plans.append(PlannedSuites(history, (history, gold), ("scd2_suites", keys), scd2))
-        quarantine = dataset_name("changes", gold.removeprefix("gold_")) + "_quarantine"
+        quarantine = quarantine_name(changes_name(gold))
         plans.append(one(quarantine, suites.quarantine_suite, None))
     return [plan for plan in plans if all(store.exists(name) for name in plan.reads)]
 
@@ -197,7 +205,7 @@ def run_quality_checks(
         if not store.exists(bronze):
             continue
         silver = silver_name(source.name)
-        quarantine = f"{silver}_quarantine"
+        quarantine = quarantine_name(silver)
         check_name = f"{ACCOUNTING}/{source.name}"
         key = memo.key(check_name, (bronze, silver, quarantine), source.name)
         if (recalled := memo.recall(check_name, key)) is not None:

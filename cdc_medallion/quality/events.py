@@ -25,13 +25,13 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from cdc_medallion.names import CHECKED_SUFFIX, QUARANTINE_SUFFIX
+
 QUALITY_CHECK = "quality_check"
 #: `flow_progress.data_quality` of a gold flow: stale keys after its batch, of which quarantined
 #: changes with no key or no sequence, and a few stale keys as JSON objects.
 STALE_KEYS, STALE_UNPLACED, STALE_SAMPLES = "stale_keys", "stale_unplaced", "stale_samples"
 EVENT_TYPES = ("create_update", "update_progress", "flow_progress", QUALITY_CHECK)
-CHECKED_SUFFIX = "__checked"
-QUARANTINE_SUFFIX = "_quarantine"
 
 
 @dataclass

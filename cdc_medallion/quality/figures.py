@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdc_medallion.names import FAILED
+
 RAW_LIMIT = 600
 TOP_REASONS = 10
 SAMPLES_PER_REASON = 3
@@ -38,9 +40,7 @@ def quarantine_sample(values: Mapping[str, Any], ref: str | None) -> dict[str, s
     (a typed row, from gold's change feed, has none: its values as JSON)."""
     raw = values.get("raw_message")
     if raw is None and "raw_message" not in values:
-        raw = json.dumps(
-            {k: v for k, v in values.items() if not k.startswith("__") and k != "failed_expectations"}, default=str
-        )
+        raw = json.dumps({k: v for k, v in values.items() if not k.startswith("__") and k != FAILED}, default=str)
     reason = values.get("error") or values.get("detail") or "; ".join(values.get("__cast_errors") or [])
     if values.get("flags"):
         reason = f"{reason or ''} flags: {', '.join(values['flags'])}".strip()

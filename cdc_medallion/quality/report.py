@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from cdc_medallion.model import bronze_ref_column
+from cdc_medallion.names import BRONZE, EVENT_LOG, FAILED, HEARTBEATS, quarantine_name, silver_name
 from cdc_medallion.quality import charts
 from cdc_medallion.quality.accounting import LABELS, OUTCOMES, SourceAccounting
 from cdc_medallion.quality.events import Check, DatasetRun, ExpectationRun, StaleKeys, Update, read_event_log
@@ -64,11 +65,11 @@ def quarantine_reasons(
     reasons: list[QuarantineReason] = []
     totals: dict[str, int] = {}
     for dataset, df in tables.items():
-        if "failed_expectations" not in df.columns:
+        if FAILED not in df.columns:
             continue
         ref = next((c for c in ("bronze_ref", "__bronze_ref") if c in df.columns), None)
         totals[dataset] = df.count()
-        exploded = df.select("*", F.explode_outer("failed_expectations").alias("__rule"))
+        exploded = df.select("*", F.explode_outer(FAILED).alias("__rule"))
         counts = exploded.groupBy("__rule").count().orderBy(F.desc("count"), "__rule").limit(TOP_REASONS).collect()
         for row in counts:
             rule = row["__rule"] or "(no rule named)"
@@ -165,19 +166,19 @@ def table_state_from_storage(storage: Path, spark: Any = None) -> TableState:
     bronze = [read(e["name"]) for e in status if e["layer"] == "bronze"]
     state.quarantine, state.quarantine_rows = reasons(quarantines, bronze)
     names = {e["name"]: e for e in status}
-    state.heartbeats = lag(read("silver_heartbeats")) if "silver_heartbeats" in names else []
+    state.heartbeats = lag(read(HEARTBEATS)) if HEARTBEATS in names else []
     state.accounting = []
     for entry in status:
         if entry["layer"] != "bronze":
             continue
-        source = delta_rs.table_properties(entry["path"]).get("source") or entry["name"].removeprefix("bronze_")
-        silver = f"silver_{source}"
+        source = delta_rs.table_properties(entry["path"]).get("source") or entry["name"].removeprefix(f"{BRONZE}_")
+        silver = silver_name(source)
         state.accounting.append(
             account(
                 source,
                 read(entry["name"]),
                 read(silver) if silver in names else None,
-                read(f"{silver}_quarantine") if f"{silver}_quarantine" in names else None,
+                read(quarantine_name(silver)) if quarantine_name(silver) in names else None,
             )
         )
     return state
@@ -555,11 +556,10 @@ def report_for_storage(storage: Path, output: Path | None = None, spark: Any = N
     from cdc_medallion.quality.checks import quality_dir
     from cdc_medallion.quality.suites import DOCS_INDEX
     from cdc_medallion.storage import delta_rs
-    from cdc_medallion.storage.delta_rs import SYSTEM_DIR
 
     storage = Path(storage).resolve()
     output = Path(output or quality_dir(storage) / "report").resolve()
-    log = storage / SYSTEM_DIR / "event_log"
+    log = storage / EVENT_LOG
     logged = delta_rs.log_version(log) is not None
     if spark is None and delta_rs.storage_readable_without_jvm(storage):
         from cdc_medallion.quality import arrow_facts
@@ -572,7 +572,7 @@ def report_for_storage(storage: Path, output: Path | None = None, spark: Any = N
 
         spark = spark or get_spark()
         store = DeltaStore(storage, spark)
-        updates = read_event_log(store.read(f"{SYSTEM_DIR}/event_log"), max_updates) if logged else []
+        updates = read_event_log(store.read(EVENT_LOG), max_updates) if logged else []
         name = _pipeline_name(store) if updates else None
     state = table_state_from_storage(storage, spark)
     docs = quality_dir(storage) / DOCS_INDEX
@@ -582,7 +582,7 @@ def report_for_storage(storage: Path, output: Path | None = None, spark: Any = N
 
 
 def _pipeline_name(store: Any) -> str | None:
-    rows = store.read("_system/event_log").select("origin.pipeline_name").limit(1).collect()
+    rows = store.read(EVENT_LOG).select("origin.pipeline_name").limit(1).collect()
     return rows[0][0] if rows else None
 
 
@@ -600,16 +600,16 @@ def report_for_event_log_table(
         names = {d for u in updates for d in u.datasets}
         quarantines = {}
         for name in sorted(names):
-            qualified = f"{tables_schema}.{name}_quarantine"
+            qualified = f"{tables_schema}.{quarantine_name(name)}"
             if spark.catalog.tableExists(qualified):
-                quarantines[f"{name}_quarantine"] = spark.table(qualified)
+                quarantines[quarantine_name(name)] = spark.table(qualified)
         bronze = [
             spark.table(f"{tables_schema}.{name}")
             for name in sorted(names)
-            if name.startswith("bronze_") and spark.catalog.tableExists(f"{tables_schema}.{name}")
+            if name.startswith(f"{BRONZE}_") and spark.catalog.tableExists(f"{tables_schema}.{name}")
         ]
         state.quarantine, state.quarantine_rows = quarantine_reasons(quarantines, bronze)
-        heartbeats = f"{tables_schema}.silver_heartbeats"
+        heartbeats = f"{tables_schema}.{HEARTBEATS}"
         if spark.catalog.tableExists(heartbeats):
             state.heartbeats = heartbeat_lag(spark.table(heartbeats))
     pipeline = table.rsplit(".", 1)[-1]

@@ -31,6 +31,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdc_medallion.model import CHANGE_OPS, KIND_CHANGE, KIND_ERROR, KINDS, bronze_ref_column
+from cdc_medallion.names import END_AT, FAILED, START_AT
 from cdc_medallion.quality.events import Check
 
 SUITE = "great_expectations"
@@ -45,7 +46,7 @@ KEEP_RUNS = int(os.environ.get("CDC_MEDALLION_GX_KEEP_RUNS", "20"))
 
 @dataclass(frozen=True)
 class GoldTable:
-    name: str  # gold_<table> (SCD1); the SCD2 table is name + "_history"
+    name: str  # gold_<table> (SCD1); the SCD2 table is `names.history_name(name)`
     keys: tuple[str, ...]
 
 
@@ -162,7 +163,7 @@ def quarantine_suite(name: str, quarantine: DataFrame, logged: int | None) -> Su
     ref = "bronze_ref" if "bronze_ref" in quarantine.columns else "__bronze_ref"
     frame = quarantine.select(
         F.col(ref).alias("bronze_ref"),
-        F.size(F.coalesce(F.col("failed_expectations"), F.array().cast("array<string>"))).alias("failed_rules"),
+        F.size(F.coalesce(F.col(FAILED), F.array().cast("array<string>"))).alias("failed_rules"),
         *([F.col("__sequence_by").alias("sequence")] if "__sequence_by" in quarantine.columns else []),
     )
     specs = [
@@ -232,18 +233,18 @@ def scd1_suite(name: str, gold: DataFrame, keys: tuple[str, ...]) -> SuiteInput:
 
 
 def scd2_suites(name: str, history: DataFrame, current: DataFrame | None, keys: tuple[str, ...]) -> list[SuiteInput]:
-    by_key = Window.partitionBy(*keys).orderBy("__START_AT")
-    following = F.lead("__START_AT").over(by_key)
-    rows = history.select(*keys, "__START_AT", "__END_AT").select(
+    by_key = Window.partitionBy(*keys).orderBy(START_AT)
+    following = F.lead(START_AT).over(by_key)
+    rows = history.select(*keys, START_AT, END_AT).select(
         *keys,
-        "__START_AT",
-        "__END_AT",
-        (following.isNotNull() & (F.col("__END_AT").isNull() | (F.col("__END_AT") > following))).alias("overlaps_next"),
-        (F.col("__END_AT").isNull() | (F.col("__END_AT") > F.col("__START_AT"))).alias("ends_after_start"),
+        START_AT,
+        END_AT,
+        (following.isNotNull() & (F.col(END_AT).isNull() | (F.col(END_AT) > following))).alias("overlaps_next"),
+        (F.col(END_AT).isNull() | (F.col(END_AT) > F.col(START_AT))).alias("ends_after_start"),
     )
     versions = [
         *_key_specs(keys),
-        Spec("start_present", "ExpectColumnValuesToNotBeNull", {"column": "__START_AT"}, "Every version has a start."),
+        Spec("start_present", "ExpectColumnValuesToNotBeNull", {"column": START_AT}, "Every version has a start."),
         Spec(
             "ends_after_start",
             "ExpectColumnValuesToBeInSet",
@@ -257,7 +258,7 @@ def scd2_suites(name: str, history: DataFrame, current: DataFrame | None, keys: 
             "The versions of a key do not overlap: each ends at or before the next one starts, only the last is open.",
         ),
     ]
-    per_key = history.groupBy(*keys).agg(F.sum(F.col("__END_AT").isNull().cast("int")).alias("open_versions"))
+    per_key = history.groupBy(*keys).agg(F.sum(F.col(END_AT).isNull().cast("int")).alias("open_versions"))
     if current is not None:
         live = current.select(*keys).distinct().withColumn("live", F.lit(1))
         per_key = per_key.join(live, list(keys), "left").fillna(0, subset=["live"])

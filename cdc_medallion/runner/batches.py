@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 
 from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow, Dataset, Flow
 from cdc_medallion.faults import commit_point
+from cdc_medallion.names import quarantine_name
 from cdc_medallion.quality.events import StaleKeys
 from cdc_medallion.runner import expectations as exp
 from cdc_medallion.runner.auto_cdc.applier import AutoCdcApplier
@@ -126,7 +127,7 @@ class BatchWriter:
         if split.quarantine is None or not split.report.quarantined:  # no empty quarantine tables
             return
         store = self.runner.store
-        name = f"{dataset}_quarantine"
+        name = quarantine_name(dataset)
         rows = split.quarantine
         rows = store.conform(name, rows)  # a view's column types widen as its table's do
         if self.fresh and dataset == getattr(self.checked_view, "name", None):

@@ -15,9 +15,9 @@ from typing import Any
 
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from cdc_medallion.storage.delta_store import SYSTEM_DIR, DeltaStore
+from cdc_medallion.names import EVENT_LOG
+from cdc_medallion.storage.delta_store import DeltaStore
 
-EVENT_LOG = f"{SYSTEM_DIR}/event_log"
 ORIGIN = StructType(
     [
         StructField("pipeline_name", StringType()),

@@ -28,6 +28,7 @@ from pyspark.sql import functions as F
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
 from cdc_medallion.identifiers import quote
+from cdc_medallion.names import SCD1_SEQUENCE, STALE_SUFFIX
 from cdc_medallion.quality.events import StaleKeys
 from cdc_medallion.runner.auto_cdc.feed import (
     ChangeBatch,
@@ -37,10 +38,9 @@ from cdc_medallion.runner.auto_cdc.feed import (
     is_partial,
     state_prefix,
 )
-from cdc_medallion.runner.event_columns import SCD1_SEQUENCE, SEQ, TRUNCATE
+from cdc_medallion.runner.event_columns import SEQ, TRUNCATE
 from cdc_medallion.storage.delta_store import DeltaStore, Txn
 
-STALE_SUFFIX = "__stale"
 QUARANTINED_AT, WHOLE_AT, UNPLACED = "__quarantined_at", "__whole_at", "__unplaced"
 SAMPLES = 5
 #: State tables (by path) with no stale key as of the version noted, written by this process: a

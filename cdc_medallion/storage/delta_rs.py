@@ -40,11 +40,11 @@ from pyarrow import types as t
 
 from cdc_medallion.civil_time import DAY_SECONDS, EPOCH, civil_days, python_date, spark_timestamp_text
 from cdc_medallion.lines import lines_of
+from cdc_medallion.names import SYSTEM_DIR
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable  # imported when used: a Databricks worker has no deltalake
 
-SYSTEM_DIR = "_system"
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 #: Reader features whose tables delta-rs reads as Spark does (checked by the tests named above).
 VERIFIED_READER_FEATURES = frozenset({"deletionVectors", "columnMapping", "timestampNtz"})

@@ -27,9 +27,9 @@ from pyspark.sql.types import StructType
 from cdc_medallion.errors import SchemaMismatch
 from cdc_medallion.faults import commit_point
 from cdc_medallion.identifiers import COLUMN_MAPPING, dataset_name, needs_column_mapping, quote
+from cdc_medallion.names import CHECKPOINT_DIR, LOCK_FILE, STATE_DIR, SYSTEM_DIR
 from cdc_medallion.sqltypes import widens
 from cdc_medallion.storage.delta_rs import (
-    SYSTEM_DIR,
     DatasetInfo,
     commit_actions,
     commit_versions,
@@ -38,8 +38,6 @@ from cdc_medallion.storage.delta_rs import (
     table_properties,
 )
 
-STATE_DIR = "_state"
-CHECKPOINT_DIR = "_checkpoints"
 #: Delta table properties our layers carry, besides Delta's own (`delta.*`). Gold's change data
 #: feed is what downstream users stream; deletion vectors let a MERGE mark the rows it replaces
 #: instead of rewriting their files, so a small batch into a big table costs what it touches.
@@ -355,7 +353,7 @@ class DeltaStore:
     def drop_all(self) -> None:
         """Full refresh: every dataset, state table, checkpoint and the event log go."""
         for child in self.root.iterdir():
-            if child.name == "_lock":
+            if child.name == LOCK_FILE:
                 continue
             if child.is_dir():
                 shutil.rmtree(child, ignore_errors=True)

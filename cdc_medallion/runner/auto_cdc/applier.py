@@ -23,19 +23,11 @@ from pyspark.sql.types import ArrayType, StringType, StructField, StructType
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
 from cdc_medallion.identifiers import quote
+from cdc_medallion.names import END_AT, SCD1_SEQUENCE, START_AT
 from cdc_medallion.runner.auto_cdc import scd1, scd2
 from cdc_medallion.runner.auto_cdc.feed import ChangeBatch
 from cdc_medallion.runner.auto_cdc.target import ApplyResult, Target, cols, shipped
-from cdc_medallion.runner.event_columns import (
-    DELETE,
-    END_AT,
-    OLD_END,
-    ORIGIN,
-    PRESENT,
-    SCD1_SEQUENCE,
-    SEQ,
-    START_AT,
-)
+from cdc_medallion.runner.event_columns import DELETE, OLD_END, ORIGIN, PRESENT, SEQ
 from cdc_medallion.storage.delta_store import DeltaStore, Txn
 
 

@@ -27,8 +27,9 @@ from pyspark.sql.types import (
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
 from cdc_medallion.identifiers import quote
+from cdc_medallion.names import STATE_DIR
 from cdc_medallion.runner.event_columns import DELETE, PRESENT, SEQ, TRUNCATE
-from cdc_medallion.storage.delta_store import STATE_DIR, DeltaStore, Txn
+from cdc_medallion.storage.delta_store import DeltaStore, Txn
 
 #: Key types whose range in a batch narrows a MERGE to the target files that may hold its keys.
 _RANGED = (ByteType, ShortType, IntegerType, LongType, StringType, DateType, TimestampType)

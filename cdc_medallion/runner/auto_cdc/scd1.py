@@ -13,9 +13,10 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdc_medallion.identifiers import quote
+from cdc_medallion.names import SCD1_SEQUENCE
 from cdc_medallion.runner.auto_cdc.feed import ChangeBatch
 from cdc_medallion.runner.auto_cdc.target import ApplyResult, Target, cols, detached, release, shipped
-from cdc_medallion.runner.event_columns import ACTION, DELETE, ORIGIN, SCD1_SEQUENCE, SEQ
+from cdc_medallion.runner.event_columns import ACTION, DELETE, ORIGIN, SEQ
 from cdc_medallion.storage.delta_store import Txn
 
 

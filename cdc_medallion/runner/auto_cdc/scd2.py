@@ -14,8 +14,9 @@ from pyspark.sql import functions as F
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
 from cdc_medallion.identifiers import quote
+from cdc_medallion.names import END_AT, START_AT
 from cdc_medallion.runner.auto_cdc.target import ApplyResult, Target, cols, detached, release
-from cdc_medallion.runner.event_columns import ACTION, DELETE, END_AT, OLD_END, ORIGIN, SEQ, START_AT
+from cdc_medallion.runner.event_columns import ACTION, DELETE, OLD_END, ORIGIN, SEQ
 from cdc_medallion.storage.delta_store import Txn
 
 
