@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
 # --- commands ---------------------------------------------------------------------------------
 def _progress(args: argparse.Namespace):
-    from cdc_medallion.runner.local import stderr_progress
+    from cdc_medallion.runner.results import stderr_progress
 
     return None if getattr(args, "quiet", False) else stderr_progress
 

@@ -143,7 +143,7 @@ def main() -> int:
 
     from cdc_medallion import cli
     from cdc_medallion.pipeline import run_pipeline
-    from cdc_medallion.runner.local import stderr_progress
+    from cdc_medallion.runner.results import stderr_progress
     from cdc_medallion.services.kafka_broker import KafkaBroker
     from cdc_medallion.services.kafka_connect import KafkaConnect
 

@@ -15,8 +15,10 @@ from pyspark.sql import SparkSession
 
 from cdc_medallion.config import PipelineConf
 from cdc_medallion.discovery import Discovery, discover
+from cdc_medallion.runner.checkpoints import StorageLock
 from cdc_medallion.runner.event_log import EventLog
-from cdc_medallion.runner.local import LocalRunner, Progress, StorageLock, UpdateResult
+from cdc_medallion.runner.local import LocalRunner
+from cdc_medallion.runner.results import Progress, UpdateResult
 from cdc_medallion.spark import get_spark
 from cdc_medallion.storage.delta_store import DeltaStore
 

@@ -12,7 +12,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from cdc_medallion.errors import ConcurrentRunError, IdentifierError, SchemaMismatch
 from cdc_medallion.lines import lines_of
-from cdc_medallion.runner.local import StorageLock
+from cdc_medallion.runner.checkpoints import StorageLock
 from cdc_medallion.storage.delta_store import DELETION_VECTORS_DEFAULT, DeltaStore, Txn, starts_like_its_snapshot
 from tests.helpers import datasets, gold_name, gold_rows, ingest, parse, read_rows
 
