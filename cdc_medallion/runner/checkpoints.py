@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow
 from cdc_medallion.errors import ConcurrentRunError
+from cdc_medallion.names import LOCK_FILE
 from cdc_medallion.parsing.stateful import STATE_LAYOUT
 from cdc_medallion.sources.files import FileLanding
 
@@ -32,7 +33,7 @@ class StorageLock:
     """One run at a time per storage root: a second run fails at once, naming the holder."""
 
     def __init__(self, root: os.PathLike[str] | str) -> None:
-        self.path = os.path.join(root, "_lock")
+        self.path = os.path.join(root, LOCK_FILE)
         self.handle: IO[str] | None = None
 
     def __enter__(self) -> StorageLock:

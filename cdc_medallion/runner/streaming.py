@@ -24,6 +24,7 @@ from cdc_medallion.config import using_conf
 from cdc_medallion.declarative.definitions import AnyFlow, AutoCdcFlow, Flow
 from cdc_medallion.declarative.runtime import reading_with
 from cdc_medallion.errors import GraphError
+from cdc_medallion.names import quarantine_name
 from cdc_medallion.parsing.stateful import planned_in_layout
 from cdc_medallion.runner import expectations as exp
 from cdc_medallion.runner.batches import BatchWriter, SharedBatchWriter, SharedMember
@@ -215,7 +216,7 @@ class StreamingFlows:
                 plan.flows,
                 f"{plan.name}:{checkpoint.app_id}",
                 view,
-                fresh and view is not None and runner.store.exists(f"{view.name}_quarantine"),
+                fresh and view is not None and runner.store.exists(quarantine_name(view.name)),
             )
             member_rows = self._batch_rows(stream, plan.flows)
             shared_members.append(SharedMember(plan.name, writer, member_rows, stream_filter(plan.rows, rows)))
@@ -283,7 +284,7 @@ class StreamingFlows:
             return  # nothing new since it last caught up, and no timer due: not started
         view = reader.inputs.checked_view
         fresh = not (checkpoint.folder / "offsets").is_dir()  # a new query, maybe over a view read before
-        fresh = fresh and view is not None and runner.store.exists(f"{view.name}_quarantine")
+        fresh = fresh and view is not None and runner.store.exists(quarantine_name(view.name))
         app_id = f"{plan.name}:{checkpoint.app_id}"
         writer = BatchWriter(runner, plan.flows, app_id, view, fresh, lands=bool(reader.inputs.sources))
         runner.queries.launch(plan.name, plan.rows, writer, checkpoint, plan.flows, inputs)
