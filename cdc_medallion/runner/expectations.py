@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from cdc_medallion.arrow_rows import python_rows
 from cdc_medallion.declarative.constraints import null_safe
 from cdc_medallion.declarative.definitions import Action, Expectation
 from cdc_medallion.errors import ExpectationFailed, GraphError
 from cdc_medallion.identifiers import sql_text
 from cdc_medallion.names import FAILED
-from cdc_medallion.storage.delta_rs import python_rows
 
 
 @dataclass
