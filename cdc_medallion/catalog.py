@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cdc_medallion.arrow_rows import python_rows
 from cdc_medallion.errors import ConfigError
 from cdc_medallion.names import SYSTEM_DIR
 
@@ -73,12 +74,12 @@ def first_rows(storage: Path, name: str, limit: int) -> list[dict[str, Any]]:
 
     listed, path = _listed(storage, name)
     if delta_rs.readable_without_jvm(path):
-        return delta_rs.python_rows(delta_rs.first_rows(path, limit))
+        return python_rows(delta_rs.first_rows(path, limit))
     from cdc_medallion.spark import get_spark
 
     df = read_dataset(get_spark(), storage, name, listed)
     ordered = [f.name for f in df.schema.fields if f.dataType.typeName() not in ("map", "array", "struct", "binary")]
-    return delta_rs.python_rows(df.orderBy(*ordered).limit(limit).toArrow())
+    return python_rows(df.orderBy(*ordered).limit(limit).toArrow())
 
 
 def all_rows(storage: Path, name: str, spark: Any = None) -> list[dict[str, Any]]:
@@ -89,12 +90,12 @@ def all_rows(storage: Path, name: str, spark: Any = None) -> list[dict[str, Any]
 
     listed, path = _listed(storage, name)
     if delta_rs.readable_without_jvm(path):
-        return delta_rs.python_rows(delta_rs.read_table(path))
+        return python_rows(delta_rs.read_table(path))
     if spark is None:
         from cdc_medallion.spark import get_spark
 
         spark = get_spark()
-    return delta_rs.python_rows(read_dataset(spark, storage, name, listed).toArrow())
+    return python_rows(read_dataset(spark, storage, name, listed).toArrow())
 
 
 def _listed(storage: Path, name: str) -> tuple[list[dict[str, Any]], str]:

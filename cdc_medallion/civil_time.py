@@ -3,7 +3,7 @@
 Spark's DATE (days in an int) and TIMESTAMP (microseconds in a long) reach far beyond years
 1-9999: a PostgreSQL BC date, a year past 9999, Debezium's extreme longs for `infinity`. Python's
 `datetime` stops at 1-9999, so neither the decoders (which write a value's text) nor the readers
-that print gold without Spark (`storage/delta_rs.python_rows`) go through it at the edges: both
+that print gold without Spark (`arrow_rows.python_rows`) go through it at the edges: both
 count days and microseconds here, and spell a year outside 0-9999 with its sign, as ISO 8601 and
 Spark's cast do. One module, so that the text a decoder writes and the text a reader prints for
 the same value cannot drift apart.

@@ -24,10 +24,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from cdc_medallion.arrow_rows import python_rows
 from cdc_medallion.catalog import dataset_status
 from cdc_medallion.config import SourceConf
 from cdc_medallion.names import bronze_name, silver_name
-from cdc_medallion.storage.delta_rs import python_rows, read_table
+from cdc_medallion.storage.delta_rs import read_table
 
 ORIGIN_HEADER = "cdc-medallion-origin"
 HEADERS = "array<struct<key:string,value:binary>>"
@@ -59,7 +60,7 @@ def has(storage: Path, name: str) -> bool:
 
 def rows(storage: Path, name: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
     """A dataset's rows as pyarrow gives them, read without the JVM (deletion vectors applied),
-    but for its dates and timestamps: those are read from their integers (`delta_rs.python_rows`),
+    but for its dates and timestamps: those are read from their integers (`arrow_rows.python_rows`),
     since gold holds years outside 1-9999 where pyarrow's conversion fails; such a value is its
     text, and an instant is an aware UTC datetime (`+00:00` after its text)."""
     table = read_table(path_of(storage, name), columns)

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from cdc_medallion.arrow_rows import python_rows
 from cdc_medallion.catalog import dataset_status, gold_dataset
 from cdc_medallion.cli import main
 from cdc_medallion.config import load_conf
 from cdc_medallion.lines import lines_of
 from cdc_medallion.pipeline import run_pipeline
-from cdc_medallion.storage.delta_rs import python_rows, read_table
+from cdc_medallion.storage.delta_rs import read_table
 from tests.conftest import REPO, shared_path
 
 # One worker builds this module's shared storage once (make test runs pytest-xdist).

@@ -69,7 +69,7 @@ def test_a_kill_after_bronzes_commit_logs_its_rows_once(spark, tmp_path):
     """Bronze's count is its commit's. Killed after that commit and before the checkpoint's,
     the next run skips the batch's write and logs what the commit wrote: the event log's rows
     equal bronze's, so the quality report's `row_count_matches_event_log` holds."""
-    from cdc_medallion.quality.checks import logged_rows
+    from cdc_medallion.quality.checks import logged
     from cdc_medallion.storage.delta_store import DeltaStore
 
     feed = tmp_path / "feed.jsonl"
@@ -86,5 +86,5 @@ def test_a_kill_after_bronzes_commit_logs_its_rows_once(spark, tmp_path):
 
     store = DeltaStore(storage, spark)
     assert store.count("bronze_debezium_json") == 3
-    assert logged_rows(store)["bronze_debezium_json"][0] == 3
+    assert logged(store).rows["bronze_debezium_json"][0] == 3
     assert {r["id"] for r in gold_rows(spark, storage, "t")} == {1, 2}

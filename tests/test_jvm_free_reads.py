@@ -22,6 +22,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
+from cdc_medallion import arrow_rows
 from cdc_medallion.catalog import all_rows, dataset_status, first_rows, read_dataset
 from cdc_medallion.cli import _jsonable
 from cdc_medallion.lines import lines_of
@@ -296,7 +297,7 @@ def test_a_table_only_spark_reads_shows_the_extremes(spark, tmp_path):
             {
                 "id": i,
                 "d": dt.date.fromisoformat(d),
-                "t": delta_rs.local_time(EPOCH + dt.timedelta(microseconds=micros[i])),
+                "t": arrow_rows.local_time(EPOCH + dt.timedelta(microseconds=micros[i])),
             }
             for i, d in enumerate(DATES)
         ]

@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 
 from cdc_medallion.adhoc import adhoc_conf
+from cdc_medallion.arrow_rows import python_rows
 from cdc_medallion.names import SYSTEM_DIR
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.quality.checks import ACCOUNTING, REUSED_FROM
 from cdc_medallion.quality.suites import SUITE
-from cdc_medallion.storage.delta_rs import python_rows, read_table
+from cdc_medallion.storage.delta_rs import read_table
 from cdc_medallion.storage.delta_store import DeltaStore
 
 pytestmark = pytest.mark.xdist_group("quality_memo")

@@ -29,11 +29,12 @@ from typing import Any
 import pytest
 
 from cdc_medallion.adhoc import adhoc_conf
+from cdc_medallion.arrow_rows import python_rows
 from cdc_medallion.catalog import all_rows
 from cdc_medallion.names import SYSTEM_DIR
 from cdc_medallion.pipeline import run_pipeline
 from cdc_medallion.quality.report import report_for_storage
-from cdc_medallion.storage.delta_rs import python_rows, read_table
+from cdc_medallion.storage.delta_rs import read_table
 
 pytestmark = pytest.mark.xdist_group("stale_keys")
 

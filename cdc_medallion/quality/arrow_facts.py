@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from cdc_medallion.arrow_rows import local_time, python_rows
 from cdc_medallion.model import KIND_HELD
 from cdc_medallion.names import FAILED
 from cdc_medallion.quality.accounting import HELD_SAMPLES, OTHER, OUTCOMES, QUARANTINED, SourceAccounting
@@ -36,7 +37,7 @@ from cdc_medallion.storage import delta_rs
 def read_event_log(path: Path, max_updates: int = 50) -> list[Update]:
     """The last `max_updates` updates of the local event log, oldest first."""
     rows = []
-    for row in delta_rs.python_rows(delta_rs.read_table(path)):
+    for row in python_rows(delta_rs.read_table(path)):
         origin = row.get("origin") or {}
         if row["event_type"] in EVENT_TYPES and origin.get("update_id") is not None:
             details = row.get("details")
@@ -61,7 +62,7 @@ def read_event_log(path: Path, max_updates: int = 50) -> list[Update]:
 
 def pipeline_name(path: Path) -> str | None:
     """The pipeline's name, as the event log's first event names it."""
-    for row in delta_rs.python_rows(delta_rs.read_table(path, ["origin"])):
+    for row in python_rows(delta_rs.read_table(path, ["origin"])):
         return (row["origin"] or {}).get("pipeline_name")
     return None
 
@@ -78,7 +79,7 @@ def quarantine_reasons(
         if FAILED not in columns:
             continue
         ref = next((c for c in ("bronze_ref", "__bronze_ref") if c in columns), None)
-        rows = delta_rs.python_rows(delta_rs.read_table(path))
+        rows = python_rows(delta_rs.read_table(path))
         totals[dataset] = len(rows)
         exploded = [{**row, "__rule": rule} for row in rows for rule in (row[FAILED] or [None])]
         counts = Counter(row["__rule"] for row in exploded)
@@ -129,7 +130,7 @@ def heartbeat_lag(path: Path) -> list[HeartbeatLag]:
         beats = timed[source]
         latest, latest_lag = max(beats, key=lambda beat: beat[0])
         lags = [lag for _, lag in beats if lag is not None]
-        local = delta_rs.local_time(latest)  # as Spark gives a TIMESTAMP
+        local = local_time(latest)  # as Spark gives a TIMESTAMP
         found.append(HeartbeatLag(source, len(beats), local, latest_lag, max(lags) if lags else None))
     for source, count in without_time.items():
         found.append(HeartbeatLag(source or "?", count, None, None, None))
@@ -185,7 +186,7 @@ def account_source(source: str, bronze: Path, silver: Path | None, quarantine: P
         first: dict[str, dict[str, Any]] = {}
         columns = ["kind", "bronze_ref", "detail", "tx_id", "source_table", "ingest_ts"]
         for batch in delta_rs.read_batches(silver, columns):
-            for row in delta_rs.python_rows(batch):
+            for row in python_rows(batch):
                 if row["kind"] == KIND_HELD and row["bronze_ref"] in held:
                     first.setdefault(row["bronze_ref"], row)
         result.held = [

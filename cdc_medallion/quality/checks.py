@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyspark.sql import functions as F
-
 from cdc_medallion.config import PipelineConf, TableConf
 from cdc_medallion.declarative.definitions import Action
 from cdc_medallion.model import KIND_HEARTBEAT, KIND_SCHEMA_CHANGE
@@ -32,7 +30,7 @@ from cdc_medallion.names import (
     silver_name,
 )
 from cdc_medallion.quality.accounting import SourceAccounting, account_source
-from cdc_medallion.quality.events import QUALITY_CHECK, Check, StaleKeys, latest_stale_keys
+from cdc_medallion.quality.events import QUALITY_CHECK, Check, LoggedFigures, StaleKeys, logged_figures
 from cdc_medallion.quality.memo import QualityMemo
 from cdc_medallion.quality.rules import StaleKeysCheck, stale_keys_check
 from cdc_medallion.quality.suites import SuiteInput
@@ -65,23 +63,9 @@ def quality_dir(storage: Path) -> Path:
     return Path(storage) / SYSTEM_DIR / "quality"
 
 
-def logged_rows(store: DeltaStore) -> dict[str, tuple[int, int]]:
-    """dataset -> (rows written, records quarantined), summed over the whole event log."""
-    name = EVENT_LOG
-    if not store.exists(name):
-        return {}
-    events = store.read(name).filter(F.col("event_type") == "flow_progress")
-    rows = (
-        events.groupBy(F.col("origin.dataset_name").alias("dataset"))
-        .agg(
-            F.sum(F.get_json_object("details", "$.flow_progress.metrics.num_output_rows").cast("long")).alias("rows"),
-            F.sum(F.get_json_object("details", "$.flow_progress.data_quality.quarantined_records").cast("long")).alias(
-                "quarantined"
-            ),
-        )
-        .collect()
-    )
-    return {r["dataset"]: (int(r["rows"] or 0), int(r["quarantined"] or 0)) for r in rows if r["dataset"]}
+def logged(store: DeltaStore) -> LoggedFigures:
+    """The event log's figures the quality step needs, read in one scan (`events.logged_figures`)."""
+    return logged_figures(store.read(EVENT_LOG)) if store.exists(EVENT_LOG) else LoggedFigures()
 
 
 def accounting_checks(result: SourceAccounting) -> list[Check]:
@@ -104,13 +88,10 @@ def accounting_checks(result: SourceAccounting) -> list[Check]:
     ]
 
 
-def stale_keys_checks(store: DeltaStore, setting: StaleKeysCheck) -> list[Check]:
+def stale_keys_checks(figures: LoggedFigures, setting: StaleKeysCheck) -> list[Check]:
     """One check per gold table the event log gives a stale-keys figure for (its latest): it
     fails (or warns, as gold.yml's `stale_keys` says) while the table has stale keys."""
-    if not store.exists(EVENT_LOG):
-        return []
-    figures = latest_stale_keys(store.read(EVENT_LOG))
-    return [stale_keys_check_of(dataset, stale, setting) for dataset, stale in sorted(figures.items())]
+    return [stale_keys_check_of(dataset, stale, setting) for dataset, stale in sorted(figures.stale_keys.items())]
 
 
 def stale_keys_check_of(dataset: str, stale: StaleKeys, setting: StaleKeysCheck) -> Check:
@@ -236,7 +217,8 @@ def run_quality_checks(
             dataset=source.name,
             level="INFO" if accounted.balanced else "WARN",
         )
-    stale = stale_keys_checks(store, stale_keys_check(conf.expectations))
+    figures = logged(store)
+    stale = stale_keys_checks(figures, stale_keys_check(conf.expectations))
     result.checks.extend(stale)
     for check in stale:
         log.emit(
@@ -250,7 +232,7 @@ def run_quality_checks(
         from cdc_medallion.quality.suites import SUITE, docs_index, run_suites
 
         checks, to_run, planned = [], [], {}
-        for plan in gx_plans(store, conf, tables, logged_rows(store)):
+        for plan in gx_plans(store, conf, tables, figures.rows):
             check_name = f"{SUITE}/{plan.name}"
             key = memo.key(check_name, plan.reads, plan.definition)
             if (recalled := memo.recall(check_name, key)) is not None:

@@ -240,17 +240,44 @@ def _fold_check(update: Update, check: dict[str, Any]) -> None:
         update.checks.append(Check(**known))
 
 
-def latest_stale_keys(events: DataFrame) -> dict[str, StaleKeys]:
-    """Each gold table's stale keys as its latest `flow_progress` gave them, over the whole log
-    (a table may have had no batch for many updates: its figure still holds)."""
+@dataclass(frozen=True)
+class LoggedFigures:
+    """What the quality step reads from the whole event log: each dataset's rows written and
+    records quarantined (summed), and each gold table's latest stale-keys figure."""
+
+    rows: dict[str, tuple[int, int]] = field(default_factory=dict)
+    stale_keys: dict[str, StaleKeys] = field(default_factory=dict)
+
+
+def logged_figures(events: DataFrame) -> LoggedFigures:
+    """Both figures in one aggregation, so the log is scanned once per quality step, not once
+    per figure. A table's stale keys are its latest `flow_progress` that gave them, over the
+    whole log (a table may have had no batch for many updates: its figure still holds)."""
     quality = F.get_json_object("details", "$.flow_progress.data_quality")
+    metric = "$.flow_progress.metrics.num_output_rows"
+    quarantined = "$.flow_progress.data_quality.quarantined_records"
+    gave_stale = F.get_json_object(quality, f"$.{STALE_KEYS}").isNotNull()
     figures = (
         events.filter(F.col("event_type") == "flow_progress")
-        .select(F.col("origin.dataset_name").alias("dataset"), "timestamp", quality.alias("quality"))
-        .filter(F.get_json_object("quality", f"$.{STALE_KEYS}").isNotNull())
+        .select(
+            F.col("origin.dataset_name").alias("dataset"),
+            F.get_json_object("details", metric).cast("long").alias("rows"),
+            F.get_json_object("details", quarantined).cast("long").alias("quarantined"),
+            F.when(gave_stale, quality).alias("quality"),
+            F.when(gave_stale, F.col("timestamp")).alias("at"),
+        )
+        .filter(F.col("dataset").isNotNull())
         .groupBy("dataset")
-        .agg(F.max_by("quality", "timestamp").alias("quality"))
+        .agg(
+            F.sum("rows").alias("rows"),
+            F.sum("quarantined").alias("quarantined"),
+            F.max_by("quality", "at").alias("quality"),
+        )
         .collect()
     )
-    found = {row["dataset"]: StaleKeys.from_quality(json.loads(row["quality"])) for row in figures}
-    return {dataset: stale for dataset, stale in found.items() if stale is not None}
+    rows = {r["dataset"]: (int(r["rows"] or 0), int(r["quarantined"] or 0)) for r in figures if r["dataset"]}
+    stale = {}
+    for row in figures:
+        if row["quality"] is not None and (found := StaleKeys.from_quality(json.loads(row["quality"]))) is not None:
+            stale[row["dataset"]] = found
+    return LoggedFigures(rows, stale)

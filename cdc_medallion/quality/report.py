@@ -27,6 +27,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from cdc_medallion.arrow_rows import python_rows
 from cdc_medallion.model import bronze_ref_column
 from cdc_medallion.names import BRONZE, EVENT_LOG, FAILED, HEARTBEATS, quarantine_name, silver_name
 from cdc_medallion.quality import charts
@@ -129,11 +130,9 @@ def heartbeat_lag(heartbeats: DataFrame) -> list[HeartbeatLag]:
 
 
 def spark_rows(df: DataFrame) -> list[dict[str, Any]]:
-    """A small DataFrame's rows as `delta_rs.python_rows` gives a JVM-free read's, through Arrow:
+    """A small DataFrame's rows as `arrow_rows.python_rows` gives a JVM-free read's, through Arrow:
     `collect()` turns a TIMESTAMP into a datetime by `fromtimestamp`, which fails on the first
     day of year 1 (and outside 1-9999 in local time), and gives binary as bytearray."""
-    from cdc_medallion.storage.delta_rs import python_rows
-
     return python_rows(df.toArrow())
 
 

@@ -36,8 +36,6 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 from pyarrow import types as t
 
-from cdc_medallion.arrow_rows import local_time as local_time
-from cdc_medallion.arrow_rows import python_rows as python_rows
 from cdc_medallion.lines import lines_of
 from cdc_medallion.names import SYSTEM_DIR
 
