@@ -290,6 +290,10 @@ def _status(args: argparse.Namespace) -> int:
     for e in entries:
         details = f"{e['source_table']} (SCD{e['scd_type']})" if e["layer"] == "gold" else ""
         print(f"{e['name']:<44} {e['layer']:<11} {e['rows']:>10,}  {details}")
+    from cdc_medallion.quality.stored import read_stored, summary_lines
+
+    for line in summary_lines(read_stored(_storage_of(args))):
+        print(line)
     return 0
 
 

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from cdc_medallion.config import PipelineConf
 from cdc_medallion.discovery import Discovery, discover
+from cdc_medallion.quality.table_figures import record_table_figures
 from cdc_medallion.runner.checkpoints import StorageLock
 from cdc_medallion.runner.event_log import EventLog
 from cdc_medallion.runner.local import LocalRunner
@@ -83,6 +84,11 @@ def run_pipeline(
             except Exception as error:  # the update is committed: report, do not fail the run
                 summary.quality_error = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}"
                 say(f"quality checks could not run: {summary.quality_error}")
+        try:  # the report's and `status`'s figures, stored once for every reader
+            record_table_figures(store, conf.name, summary.updates[-1].update_id)
+        except Exception as error:  # the update is committed: report, do not fail the run
+            summary.quality_error = summary.quality_error or f"table figures: {type(error).__name__}: {error}"[:300]
+            say(f"table figures could not be stored: {summary.quality_error}")
     failed = next((e for e in (u.error() for u in summary.updates) if e is not None), None)
     if failed is not None:  # the flows that did not fail have committed: report, then fail the run
         raise failed

@@ -26,7 +26,9 @@ from cdc_medallion import arrow_rows
 from cdc_medallion.catalog import all_rows, dataset_status, first_rows, read_dataset
 from cdc_medallion.cli import _jsonable
 from cdc_medallion.lines import lines_of
-from cdc_medallion.quality.report import table_state_from_storage
+from cdc_medallion.quality.figures import TableFigures
+from cdc_medallion.quality.stored import read_stored
+from cdc_medallion.quality.table_figures import table_figures
 from cdc_medallion.storage import delta_rs
 from cdc_medallion.storage.delta_store import DeltaStore
 from tests.helpers import ingest
@@ -81,6 +83,13 @@ def cli_without_jvm(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", NO_JVM_CLI, *args], env=no_java_env(), capture_output=True, text=True, timeout=600
     )
+
+
+def stored_figures(storage: Path) -> TableFigures:
+    """The table figures the last run stored, as the report and `status` read them (no JVM)."""
+    figures = read_stored(storage).figures
+    assert figures is not None, f"no figures stored in {storage}"
+    return figures
 
 
 def spark_show(spark: Any, storage: Path, name: str, limit: int) -> list[Any]:
@@ -216,7 +225,7 @@ def test_report_needs_no_jvm_and_reports_what_spark_reads(spark, storage, tmp_pa
     result = cli_without_jvm("report", "--storage", str(storage), "--output", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "index.html").is_file()
-    without_jvm, with_spark = table_state_from_storage(storage), table_state_from_storage(storage, spark)
+    without_jvm, with_spark = stored_figures(storage), table_figures(DeltaStore(storage, spark), None, "")
     assert dataclasses.replace(without_jvm, as_of=with_spark.as_of) == with_spark
 
 
@@ -459,10 +468,23 @@ def test_status_and_the_report_on_the_extremes(spark, extremes, tmp_path):
     assert counted == {name: read_dataset(spark, extremes, name).count() for name in counted}
     result = cli_without_jvm("report", "--storage", str(extremes), "--output", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
-    without_jvm, with_spark = table_state_from_storage(extremes), table_state_from_storage(extremes, spark)
+    without_jvm, with_spark = stored_figures(extremes), table_figures(DeltaStore(extremes, spark), None, "")
     assert dataclasses.replace(without_jvm, as_of=with_spark.as_of) == with_spark
     [sample] = [s for r in with_spark.quarantine if r.dataset == "changes_moments_quarantine" for s in r.samples]
     assert '"d": "0001-01-01", "t": "0001-01-01 00:00:00"' in sample["raw"]  # this process's local time: UTC
+
+
+def test_status_prints_the_figures_the_report_reads(extremes):
+    """`status` shows, below the tables, the figures the last run stored, read as the report
+    reads them: the same quarantined rows and top reason."""
+    result = cli_without_jvm("status", "--storage", str(extremes))
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = stored_figures(extremes)
+    rows, top = sum(figures.quarantine_rows.values()), figures.quarantine[0]
+    assert rows > 0 and top.dataset == "changes_moments_quarantine"
+    line = f"quarantined  {rows:,} row(s) in {len(figures.quarantine_rows)} table(s); most: {top.dataset} · {top.rule}"
+    assert f"{line} ({top.count:,})" in result.stdout, result.stdout
+    assert "figures stored by update " in result.stdout
 
 
 def test_int96_files_of_an_older_storage_read_as_spark_reads_them(spark, tmp_path):
@@ -484,9 +506,10 @@ def test_int96_files_of_an_older_storage_read_as_spark_reads_them(spark, tmp_pat
     assert [as_text(r, kinds) for r in shown] == spark_text(spark, df, 100)
 
 
-def test_heartbeat_lag_on_the_extremes_without_a_jvm_and_with_spark(spark, tmp_path):
-    """The report's latest heartbeat per source, read both ways, from heartbeats in year 1 and 9999."""
-    from cdc_medallion.quality import arrow_facts, report
+def test_heartbeat_lag_on_the_extremes_stored_and_read_back(spark, tmp_path):
+    """The report's latest heartbeat per source, from heartbeats in year 1 and 9999, as Spark
+    computes it and as the event log stores it (JSON) and gives it back."""
+    from cdc_medallion.quality.table_figures import heartbeat_lag
 
     store = DeltaStore(tmp_path / "storage", spark)
     beats = spark.createDataFrame(
@@ -495,8 +518,8 @@ def test_heartbeat_lag_on_the_extremes_without_a_jvm_and_with_spark(spark, tmp_p
     ).selectExpr("source_name", "CAST(event_ts AS timestamp) AS event_ts", "CAST(ingest_ts AS timestamp) AS ingest_ts")
     store.append("silver_heartbeats", beats, None, {"layer": "silver"})
     with local_time(LOCAL_TIME):
-        without_jvm = arrow_facts.heartbeat_lag(Path(store.path("silver_heartbeats")))
-        with_spark = report.heartbeat_lag(store.read("silver_heartbeats"))
-    assert without_jvm == with_spark
+        with_spark = heartbeat_lag(store.read("silver_heartbeats"))
+    stored = json.loads(json.dumps(TableFigures(heartbeats=with_spark).as_dict()))
+    assert TableFigures.from_dict(stored).heartbeats == with_spark
     assert [(h.source, h.count, h.latest_lag_seconds) for h in with_spark] == [("a", 1, 63902822400.0), ("b", 2, 0.0)]
     assert with_spark[1].latest_event == dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC)  # see local_time

@@ -19,17 +19,19 @@ from cdc_medallion.cli import main
 from cdc_medallion.config import load_conf
 from cdc_medallion.formats import format_names
 from cdc_medallion.pipeline import run_pipeline
-from cdc_medallion.quality import arrow_facts
-from cdc_medallion.quality.accounting import SourceAccounting
-from cdc_medallion.quality.events import Check, DatasetRun, ExpectationRun, StaleKeys, Update, read_event_log
-from cdc_medallion.quality.report import (
-    HeartbeatLag,
-    QuarantineReason,
-    TableState,
-    build_pages,
-    report_from_event_log,
-    table_state_from_storage,
+from cdc_medallion.quality.accounting import SourceAccounting, account_source
+from cdc_medallion.quality.events import (
+    Check,
+    DatasetRun,
+    ExpectationRun,
+    StaleKeys,
+    Update,
+    read_event_log,
+    read_stored_event_log,
 )
+from cdc_medallion.quality.report import HeartbeatLag, QuarantineReason, TableState, build_pages, report_from_event_log
+from cdc_medallion.quality.stored import read_stored
+from cdc_medallion.quality.table_figures import table_figures
 from cdc_medallion.storage.delta_store import DeltaStore
 from tests.conftest import REPO
 
@@ -356,15 +358,42 @@ def test_gx_suites_ran_and_their_data_docs_exist(planted, index):
 
 
 def test_the_report_reads_without_a_jvm_what_spark_reads(spark, planted):
-    """`cdc-medallion report` (the pages above) reads the local tables with delta-rs: every fact
-    equals what Spark computes from the same tables, held messages, samples and lags included."""
+    """`cdc-medallion report` (the pages above) reads the figures the run stored in the event log,
+    without a JVM: they equal what Spark computes from the same tables now, held messages,
+    samples and lags included, and so does the accounting the quality step recorded."""
     storage = planted[0].storage
-    without_jvm, with_spark = table_state_from_storage(storage), table_state_from_storage(storage, spark)
-    assert without_jvm.accounting and without_jvm.quarantine and without_jvm.heartbeats
-    assert any(a.held for a in without_jvm.accounting)
-    assert dataclasses.replace(without_jvm, as_of=with_spark.as_of) == with_spark
-    events = DeltaStore(storage, spark).read("_system/event_log")
-    assert arrow_facts.read_event_log(storage / "_system" / "event_log") == read_event_log(events)
+    stored = read_stored(storage)
+    assert stored.figures is not None and stored.accounting is not None
+    store = DeltaStore(storage, spark)
+    now = table_figures(store, None, "")
+    assert stored.figures.quarantine and stored.figures.heartbeats
+    assert dataclasses.replace(stored.figures, as_of=now.as_of) == now
+    assert any(a.held for a in stored.accounting)
+    for recorded in stored.accounting:
+        names = [f"bronze_{recorded.source}", f"silver_{recorded.source}", f"silver_{recorded.source}_quarantine"]
+        tables = [store.read(name) if store.exists(name) else None for name in names]
+        assert recorded == account_source(recorded.source, *tables)
+    events = store.read("_system/event_log")
+    assert read_stored_event_log(storage / "_system" / "event_log") == read_event_log(events)
+    assert read_stored(storage, spark=spark).updates == stored.updates
+
+
+def test_the_report_reads_no_table_but_the_event_log(planted, tmp_path):
+    """The report's figures are the stored ones: with every table but the event log gone, the
+    pages still show the quarantine reasons, samples, heartbeats and accounting of the run."""
+    storage = tmp_path / "storage"
+    shutil.copytree(planted[0].storage, storage)
+    for table in storage.iterdir():
+        if table.is_dir() and table.name != "_system":
+            shutil.rmtree(table)
+    output = tmp_path / "report"
+    assert main(["report", "--storage", str(storage), "--output", str(output)]) == 0
+    page = elements((output / "index.html").read_text(encoding="utf-8"))
+    assert page.one("reason", dataset="silver_hr_quarantine", rule="mask_is_hex")["data-count"] == "1"
+    assert page.one("heartbeat", source="sync")["data-count"] == "1"
+    assert page.one("accounting", source="sync")["data-outcome-heartbeat"] == "1"
+    [held] = page.rows("held", source="bank")
+    assert held["data-ref"].endswith("ibm.del:3")
 
 
 def test_report_from_a_databricks_style_event_log_dataframe(spark, planted):

@@ -25,7 +25,10 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from cdc_medallion.arrow_rows import python_rows
 from cdc_medallion.names import CHECKED_SUFFIX, QUARANTINE_SUFFIX
+from cdc_medallion.quality.figures import FIGURES
+from cdc_medallion.storage import delta_rs
 
 QUALITY_CHECK = "quality_check"
 #: `flow_progress.data_quality` of a gold flow: stale keys after its batch, of which quarantined
@@ -100,6 +103,7 @@ class Update:
     expectations: dict[tuple[str, str], ExpectationRun] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
     accounting: list[dict[str, Any]] = field(default_factory=list)
+    figures: dict[str, Any] | None = None  # the table figures the run stored (`TableFigures.as_dict`)
     data_docs: str | None = None
     errors: list[str] = field(default_factory=list)
     failed_flows: list[str] = field(default_factory=list)  # flows whose progress says FAILED
@@ -153,6 +157,40 @@ def read_event_log(events: DataFrame, max_updates: int = 50) -> list[Update]:
     )
     rows = selected.join(latest.select("update_id"), "update_id", "left_semi").orderBy("timestamp").collect()
     return fold_events([r.asDict() for r in rows])
+
+
+def read_stored_event_log(path: Any, max_updates: int = 50) -> list[Update]:
+    """The last `max_updates` updates of a local event log (a Delta table at `path`), read
+    without a JVM (delta-rs), oldest first: what `read_event_log` gives of the same table."""
+    rows = []
+    for row in python_rows(delta_rs.read_table(path)):
+        origin = row.get("origin") or {}
+        if row["event_type"] in EVENT_TYPES and origin.get("update_id") is not None:
+            details = row.get("details")
+            rows.append(
+                {
+                    "event_type": row["event_type"],
+                    "timestamp": row["timestamp"],
+                    "level": row.get("level"),
+                    "message": row.get("message"),
+                    "details": details if details is None or isinstance(details, str) else str(details),
+                    **{name: origin.get(name) for name in ("update_id", "flow_name", "dataset_name")},
+                }
+            )
+    started: dict[str, dt.datetime | None] = {}
+    for row in rows:
+        first, stamp = started.get(row["update_id"]), row["timestamp"]
+        started[row["update_id"]] = stamp if first is None or (stamp is not None and stamp < first) else first
+    latest = sorted(started, key=lambda u: (started[u] is not None, started[u] or dt.datetime.min), reverse=True)
+    keep = set(latest[:max_updates])
+    return fold_events([r for r in rows if r["update_id"] in keep])
+
+
+def stored_pipeline_name(path: Any) -> str | None:
+    """The pipeline's name, as a local event log's first event names it (without a JVM)."""
+    for row in python_rows(delta_rs.read_table(path, ["origin"])):
+        return (row["origin"] or {}).get("pipeline_name")
+    return None
 
 
 def fold_events(rows: list[dict[str, Any]]) -> list[Update]:
@@ -231,6 +269,8 @@ def _fold_flow(
 
 
 def _fold_check(update: Update, check: dict[str, Any]) -> None:
+    if check.get("suite") == FIGURES and isinstance(check.get(FIGURES), dict):
+        update.figures = check[FIGURES]
     if check.get("data_docs"):
         update.data_docs = check["data_docs"]
     if check.get("accounting"):
@@ -275,7 +315,7 @@ def logged_figures(events: DataFrame) -> LoggedFigures:
         )
         .collect()
     )
-    rows = {r["dataset"]: (int(r["rows"] or 0), int(r["quarantined"] or 0)) for r in figures if r["dataset"]}
+    rows = {r["dataset"]: (int(r["rows"] or 0), int(r["quarantined"] or 0)) for r in figures}
     stale = {}
     for row in figures:
         if row["quality"] is not None and (found := StaleKeys.from_quality(json.loads(row["quality"]))) is not None:

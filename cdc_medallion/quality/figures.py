@@ -1,6 +1,6 @@
-"""The report's figures about quarantines and heartbeats, as both of its readers give them:
-Spark (`report.py`) and delta-rs without a JVM (`arrow_facts.py`), which tests hold equal.
-Apart from both so that neither imports the other for them.
+"""The report's figures about the tables, as values: what `table_figures.py` computes with
+Spark, the event log stores (as JSON, `TableFigures.as_dict`) and the report and `status` read
+back (`stored.py`). Apart from both so that a reader needs no Spark to hold them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from cdc_medallion.names import FAILED
 
+FIGURES = "figures"  # the suite of the `quality_check` event that stores a run's table figures
 RAW_LIMIT = 600
 TOP_REASONS = 10
 SAMPLES_PER_REASON = 3
@@ -49,3 +50,57 @@ def quarantine_sample(values: Mapping[str, Any], ref: str | None) -> dict[str, s
         "error": reason,
         "raw": None if raw is None else str(raw)[:RAW_LIMIT],
     }
+
+
+@dataclass
+class TableFigures:
+    """The figures a run stored about its tables, and when."""
+
+    as_of: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    quarantine: list[QuarantineReason] = field(default_factory=list)
+    quarantine_rows: dict[str, int] = field(default_factory=dict)  # quarantine table -> rows
+    heartbeats: list[HeartbeatLag] | None = None  # None: not figured
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: times as ISO text (with their offset; years 1-9999, as Python holds them)."""
+        beats = None
+        if self.heartbeats is not None:
+            beats = [{**h.__dict__, "latest_event": _moment_text(h.latest_event)} for h in self.heartbeats]
+        return {
+            "as_of": self.as_of.isoformat(),
+            "quarantine": [r.__dict__ for r in self.quarantine],
+            "quarantine_rows": dict(self.quarantine_rows),
+            "heartbeats": beats,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> TableFigures:
+        beats = raw.get("heartbeats")
+        return cls(
+            as_of=dt.datetime.fromisoformat(raw["as_of"]) if raw.get("as_of") else dt.datetime.now(dt.UTC),
+            quarantine=[QuarantineReason(**r) for r in raw.get("quarantine") or ()],
+            quarantine_rows={str(k): int(v) for k, v in (raw.get("quarantine_rows") or {}).items()},
+            heartbeats=None
+            if beats is None
+            else [
+                HeartbeatLag(
+                    **{
+                        **h,
+                        "latest_event": _moment(h.get("latest_event")),
+                    }
+                )
+                for h in beats
+            ],
+        )
+
+
+def _moment_text(moment: dt.datetime | str | None) -> str | None:
+    """A time as stored: ISO text; one Python cannot hold (outside years 1-9999) is text already."""
+    return moment.isoformat() if isinstance(moment, dt.datetime) else moment
+
+
+def _moment(text: str | None) -> dt.datetime | str | None:
+    try:
+        return None if text is None else dt.datetime.fromisoformat(text)
+    except ValueError:  # signed-year text (`arrow_rows.python_rows`): kept as it is
+        return text

@@ -25,28 +25,21 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
-from cdc_medallion.arrow_rows import python_rows
-from cdc_medallion.model import bronze_ref_column
-from cdc_medallion.names import BRONZE, EVENT_LOG, FAILED, HEARTBEATS, quarantine_name, silver_name
+from cdc_medallion.catalog import dataset_status
+from cdc_medallion.names import BRONZE, HEARTBEATS, quarantine_name
 from cdc_medallion.quality import charts
 from cdc_medallion.quality.accounting import LABELS, OUTCOMES, SourceAccounting
 from cdc_medallion.quality.events import Check, DatasetRun, ExpectationRun, StaleKeys, Update, read_event_log
-from cdc_medallion.quality.figures import (
-    RAW_LIMIT,
-    SAMPLES_PER_REASON,
-    TOP_REASONS,
-    HeartbeatLag,
-    QuarantineReason,
-    quarantine_sample,
-)
+from cdc_medallion.quality.figures import TOP_REASONS, HeartbeatLag, QuarantineReason
 from cdc_medallion.quality.rendering import render
+from cdc_medallion.quality.stored import Stored, read_stored
+from cdc_medallion.quality.table_figures import heartbeat_lag, quarantine_reasons
 
 
 @dataclass
 class TableState:
-    """What the tables hold at report time (everything here is optional)."""
+    """What the tables held when their figures were computed (everything here is optional)."""
 
     as_of: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     quarantine: list[QuarantineReason] = field(default_factory=list)
@@ -54,132 +47,21 @@ class TableState:
     heartbeats: list[HeartbeatLag] | None = None
     accounting: list[SourceAccounting] | None = None
     row_counts: list[dict[str, Any]] | None = None
+    figured_by: Update | None = None  # the update that stored the figures (None: computed now)
+    accounted_by: Update | None = None  # the update whose quality step recorded the accounting
 
 
-# --- facts from tables ----------------------------------------------------------------------------
-def quarantine_reasons(
-    tables: Mapping[str, DataFrame], bronze: list[DataFrame] | None = None
-) -> tuple[list[QuarantineReason], dict[str, int]]:
-    """Top (dataset, failed rule) pairs over quarantine tables, with sample rows. A row quarantined
-    by a rule (not a parse error) carries no raw message: given the bronze tables, the sample shows
-    the bronze message it points to."""
-    reasons: list[QuarantineReason] = []
-    totals: dict[str, int] = {}
-    for dataset, df in tables.items():
-        if FAILED not in df.columns:
-            continue
-        ref = next((c for c in ("bronze_ref", "__bronze_ref") if c in df.columns), None)
-        totals[dataset] = df.count()
-        exploded = df.select("*", F.explode_outer(FAILED).alias("__rule"))
-        counts = exploded.groupBy("__rule").count().orderBy(F.desc("count"), "__rule").limit(TOP_REASONS).collect()
-        for row in counts:
-            rule = row["__rule"] or "(no rule named)"
-            picked = exploded.filter(
-                F.col("__rule") == row["__rule"] if row["__rule"] is not None else F.col("__rule").isNull()
-            )
-            if ref:
-                picked = picked.orderBy(ref)
-            samples = [quarantine_sample(sample, ref) for sample in spark_rows(picked.limit(SAMPLES_PER_REASON))]
-            reasons.append(QuarantineReason(dataset, rule, int(row["count"]), samples))
-    reasons.sort(key=lambda r: (-r.count, r.dataset, r.rule))
-    if bronze:
-        _raw_from_bronze(reasons, bronze)
-    return reasons, totals
-
-
-def _raw_from_bronze(reasons: list[QuarantineReason], bronze: list[DataFrame]) -> None:
-    wanted = sorted({s["bronze_ref"] for r in reasons for s in r.samples if s["raw"] is None and s["bronze_ref"]})
-    if not wanted:
-        return
-    found: dict[str, str] = {}
-    for table in bronze:
-        rows = (
-            table.select(bronze_ref_column().alias("ref"), F.col("value"))
-            .filter(F.col("ref").isin(wanted))
-            .select("ref", F.substring(F.col("value"), 1, RAW_LIMIT).alias("value"))
-            .collect()
-        )
-        for row in rows:
-            value = row["value"]
-            found[row["ref"]] = "(no value: tombstone)" if value is None else bytes(value).decode("utf-8", "replace")
-    for reason in reasons:
-        for sample in reason.samples:
-            if sample["raw"] is None and sample["bronze_ref"] in found:
-                sample["raw"] = found[sample["bronze_ref"]]
-
-
-def heartbeat_lag(heartbeats: DataFrame) -> list[HeartbeatLag]:
-    """Per source: heartbeats seen, the latest one's lag (ingest_ts - event_ts) and the largest."""
-    lag = F.col("ingest_ts").cast("double") - F.col("event_ts").cast("double")
-    rows = spark_rows(
-        heartbeats.filter(F.col("event_ts").isNotNull())
-        .groupBy(F.coalesce("source_name", F.lit("?")).alias("source"))
-        .agg(
-            F.count(F.lit(1)).alias("n"),
-            F.max("event_ts").alias("latest"),
-            F.max_by(lag, F.col("event_ts")).alias("latest_lag"),
-            F.max(lag).alias("max_lag"),
-        )
-        .orderBy("source")
-    )
-    without_time = heartbeats.filter(F.col("event_ts").isNull()).groupBy("source_name").count().collect()
-    found = [HeartbeatLag(r["source"], r["n"], r["latest"], r["latest_lag"], r["max_lag"]) for r in rows]
-    for r in without_time:
-        found.append(HeartbeatLag(r["source_name"] or "?", r["count"], None, None, None))
-    return found
-
-
-def spark_rows(df: DataFrame) -> list[dict[str, Any]]:
-    """A small DataFrame's rows as `arrow_rows.python_rows` gives a JVM-free read's, through Arrow:
-    `collect()` turns a TIMESTAMP into a datetime by `fromtimestamp`, which fails on the first
-    day of year 1 (and outside 1-9999 in local time), and gives binary as bytearray."""
-    return python_rows(df.toArrow())
-
-
-def table_state_from_storage(storage: Path, spark: Any = None) -> TableState:
-    """What the tables hold now. Without a Spark session, and where delta-rs reads every table
-    (`storage/delta_rs.py`), they are read without a JVM (`arrow_facts`); else with Spark."""
-    from cdc_medallion.catalog import dataset_status
-    from cdc_medallion.storage import delta_rs
-
-    status = dataset_status(storage)
-    if spark is None and delta_rs.storage_readable_without_jvm(storage.resolve()):
-        from cdc_medallion.quality import arrow_facts
-
-        paths = {e["name"]: Path(e["path"]) for e in status}
-        read, reasons, lag, account = (
-            paths.__getitem__,
-            arrow_facts.quarantine_reasons,
-            arrow_facts.heartbeat_lag,
-            arrow_facts.account_source,
-        )
-    else:
-        from cdc_medallion.quality.accounting import account_source
-        from cdc_medallion.spark import get_spark
-        from cdc_medallion.storage.delta_store import DeltaStore
-
-        store = DeltaStore(storage, spark or get_spark())
-        read, reasons, lag, account = store.read, quarantine_reasons, heartbeat_lag, account_source
+def table_state(stored: Stored, storage: Path) -> TableState:
+    """What the runs stored about the tables (`stored.py`): the latest table figures and source
+    accounting, with the row counts each table's log gives now. No table is read."""
+    status = dataset_status(Path(storage))
     state = TableState(row_counts=[{k: e[k] for k in ("name", "layer", "rows")} for e in status])
-    quarantines = {e["name"]: read(e["name"]) for e in status if e["layer"] == "quarantine" and e["rows"]}
-    bronze = [read(e["name"]) for e in status if e["layer"] == "bronze"]
-    state.quarantine, state.quarantine_rows = reasons(quarantines, bronze)
-    names = {e["name"]: e for e in status}
-    state.heartbeats = lag(read(HEARTBEATS)) if HEARTBEATS in names else []
-    state.accounting = []
-    for entry in status:
-        if entry["layer"] != "bronze":
-            continue
-        source = delta_rs.table_properties(entry["path"]).get("source") or entry["name"].removeprefix(f"{BRONZE}_")
-        silver = silver_name(source)
-        state.accounting.append(
-            account(
-                source,
-                read(entry["name"]),
-                read(silver) if silver in names else None,
-                read(quarantine_name(silver)) if quarantine_name(silver) in names else None,
-            )
-        )
+    if (figures := stored.figures) is not None:
+        state.as_of, state.quarantine = figures.as_of, figures.quarantine
+        state.quarantine_rows, state.heartbeats = figures.quarantine_rows, figures.heartbeats
+        state.figured_by = stored.figures_update
+    state.accounting = stored.accounting
+    state.accounted_by = stored.accounting_update
     return state
 
 
@@ -451,9 +333,13 @@ def render_index(updates: list[Update], state: TableState | None, title: str, do
     """The overview: the latest update, trends across updates, the tables' current state."""
     latest = len(updates) - 1
     state_label = f"tables as of {state.as_of:%Y-%m-%d %H:%M:%S} UTC" if state else "tables not read"
+    if state is not None and state.figured_by is not None:
+        state_label += f", figured by update {state.figured_by.label}"
     state = state or TableState()
     accounting = state.accounting
-    if accounting is None and updates and updates[-1].accounting:
+    if state.accounted_by is not None:
+        state_label += f"; accounting as recorded by update {state.accounted_by.label}"
+    elif accounting is None and updates and updates[-1].accounting:
         accounting = [SourceAccounting.from_dict(raw) for raw in updates[-1].accounting]
         state_label += "; accounting as recorded by the latest update"
     current = None
@@ -550,39 +436,19 @@ def report_from_event_log(
 
 
 def report_for_storage(storage: Path, output: Path | None = None, spark: Any = None, max_updates: int = 50) -> Path:
-    """Write the report of a local pipeline's storage; returns the index page. Without a Spark
-    session, read without a JVM where delta-rs reads every table (`table_state_from_storage`)."""
+    """Write the report of a local pipeline's storage; returns the index page. It reads the event
+    log only (`stored.py`: without a JVM unless given a Spark session), not the tables."""
     from cdc_medallion.quality.checks import quality_dir
     from cdc_medallion.quality.suites import DOCS_INDEX
-    from cdc_medallion.storage import delta_rs
 
     storage = Path(storage).resolve()
     output = Path(output or quality_dir(storage) / "report").resolve()
-    log = storage / EVENT_LOG
-    logged = delta_rs.log_version(log) is not None
-    if spark is None and delta_rs.storage_readable_without_jvm(storage):
-        from cdc_medallion.quality import arrow_facts
-
-        updates = arrow_facts.read_event_log(log, max_updates) if logged else []
-        name = arrow_facts.pipeline_name(log) if updates else None
-    else:
-        from cdc_medallion.spark import get_spark
-        from cdc_medallion.storage.delta_store import DeltaStore
-
-        spark = spark or get_spark()
-        store = DeltaStore(storage, spark)
-        updates = read_event_log(store.read(EVENT_LOG), max_updates) if logged else []
-        name = _pipeline_name(store) if updates else None
-    state = table_state_from_storage(storage, spark)
+    stored = read_stored(storage, max_updates, spark)
+    state = table_state(stored, storage)
     docs = quality_dir(storage) / DOCS_INDEX
     href = os.path.relpath(docs, output) if docs.is_file() else None
-    title = f"Data quality · {name or storage.name}"
-    return write_pages(build_pages(updates, state, title, href), output)
-
-
-def _pipeline_name(store: Any) -> str | None:
-    rows = store.read(EVENT_LOG).select("origin.pipeline_name").limit(1).collect()
-    return rows[0][0] if rows else None
+    title = f"Data quality · {stored.pipeline_name or storage.name}"
+    return write_pages(build_pages(stored.updates, state, title, href), output)
 
 
 def report_for_event_log_table(
