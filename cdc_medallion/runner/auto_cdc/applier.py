@@ -26,7 +26,7 @@ from cdc_medallion.identifiers import quote
 from cdc_medallion.names import END_AT, SCD1_SEQUENCE, START_AT
 from cdc_medallion.runner.auto_cdc import scd1, scd2
 from cdc_medallion.runner.auto_cdc.feed import ChangeBatch
-from cdc_medallion.runner.auto_cdc.target import ApplyResult, Target, cols, shipped
+from cdc_medallion.runner.auto_cdc.target import ApplyResult, Rebuilt, Target, cols, shipped
 from cdc_medallion.runner.event_columns import DELETE, OLD_END, ORIGIN, PRESENT, SEQ
 from cdc_medallion.storage.delta_store import DeltaStore, Txn
 
@@ -135,11 +135,9 @@ class AutoCdcApplier:
                     ),
                     allowMissingColumns=flow.stored_as_scd_type == 2,  # its OLD_END is NULL
                 )
-            filled = self._fill(everything, columns)
             ranges = {} if new_truncates else summary.ranges
-            if flow.stored_as_scd_type == 1:
-                return scd1.write_rebuilt(writes, session, filled, columns, txn, ranges, empty_target)
-            return scd2.write(writes, session, filled, columns, txn, ranges, empty_target)
+            rebuilt = Rebuilt(writes, session, self._fill(everything, columns), columns, txn, ranges, empty_target)
+            return scd1.write_rebuilt(rebuilt) if flow.stored_as_scd_type == 1 else scd2.write(rebuilt)
         finally:
             for df in to_release:
                 df.unpersist()

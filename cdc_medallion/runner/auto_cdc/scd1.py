@@ -15,30 +15,22 @@ from pyspark.sql import functions as F
 from cdc_medallion.identifiers import quote
 from cdc_medallion.names import SCD1_SEQUENCE
 from cdc_medallion.runner.auto_cdc.feed import ChangeBatch
-from cdc_medallion.runner.auto_cdc.target import ApplyResult, Target, cols, detached, release, shipped
+from cdc_medallion.runner.auto_cdc.target import ApplyResult, Rebuilt, Target, cols, detached, release, shipped
 from cdc_medallion.runner.event_columns import ACTION, DELETE, ORIGIN, SEQ
 from cdc_medallion.storage.delta_store import Txn
 
 
-def write_rebuilt(
-    target: Target,
-    session: Any,
-    filled: DataFrame,
-    columns: list[str],
-    txn: Txn,
-    ranges: dict[str, tuple[Any, Any, bool]],
-    empty_target: bool,
-) -> ApplyResult:
-    keys = list(target.flow.keys)
+def write_rebuilt(rebuilt: Rebuilt) -> ApplyResult:
+    keys, columns = list(rebuilt.target.flow.keys), rebuilt.columns
     last = Window.partitionBy(*cols(keys)).orderBy(F.col(SEQ).desc(), F.col(ORIGIN).desc())
     final = detached(
-        filled.withColumn("__rn", F.row_number().over(last))
+        rebuilt.events.withColumn("__rn", F.row_number().over(last))
         .filter("__rn = 1")
         .select(*[F.col(quote(c)) for c in columns], SEQ, DELETE),
-        empty_target,
+        rebuilt.empty_target,
     )
     try:
-        return target.merge(session, _scd1_changes(final, columns), keys, txn, ranges, empty_target)
+        return rebuilt.merge(_scd1_changes(final, columns), keys)
     finally:
         release(final)
 

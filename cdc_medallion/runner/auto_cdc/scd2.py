@@ -7,17 +7,14 @@ version at its sequence. Only versions that changed are rewritten.
 
 from __future__ import annotations
 
-from typing import Any
-
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, Window
 from pyspark.sql import functions as F
 
 from cdc_medallion.declarative.definitions import AutoCdcFlow
 from cdc_medallion.identifiers import quote
 from cdc_medallion.names import END_AT, START_AT
-from cdc_medallion.runner.auto_cdc.target import ApplyResult, Target, cols, detached, release
+from cdc_medallion.runner.auto_cdc.target import ApplyResult, Rebuilt, cols, detached, release
 from cdc_medallion.runner.event_columns import ACTION, DELETE, OLD_END, ORIGIN, SEQ
-from cdc_medallion.storage.delta_store import Txn
 
 
 def tracked_columns(flow: AutoCdcFlow, columns: list[str]) -> list[str]:
@@ -29,21 +26,13 @@ def tracked_columns(flow: AutoCdcFlow, columns: list[str]) -> list[str]:
     return values
 
 
-def write(
-    target: Target,
-    session: Any,
-    filled: DataFrame,
-    columns: list[str],
-    txn: Txn,
-    ranges: dict[str, tuple[Any, Any, bool]],
-    empty_target: bool,
-) -> ApplyResult:
-    keys = list(target.flow.keys)
-    tracked = tracked_columns(target.flow, columns)
+def write(rebuilt: Rebuilt) -> ApplyResult:
+    keys, columns = list(rebuilt.target.flow.keys), rebuilt.columns
+    tracked = tracked_columns(rebuilt.target.flow, columns)
     by_key = Window.partitionBy(*cols(keys)).orderBy(F.col(SEQ), F.col(ORIGIN))
     tracked_value = F.struct(*[F.col(quote(c)) for c in tracked]) if tracked else F.lit(0)
     marked = (
-        filled.withColumn("__tracked", tracked_value)
+        rebuilt.events.withColumn("__tracked", tracked_value)
         .withColumn("__prev_delete", F.lag(DELETE).over(by_key))
         .withColumn("__prev_tracked", F.lag("__tracked").over(by_key))
         .withColumn(
@@ -103,8 +92,8 @@ def write(
         ),
     )
     changes = ranked.select(F.explode(F.filter(F.array(changed, vanished), lambda c: c.isNotNull())).alias("c"))
-    changes = detached(changes.select("c.*"), empty_target)
+    changes = detached(changes.select("c.*"), rebuilt.empty_target)
     try:
-        return target.merge(session, changes, [*keys, START_AT], txn, ranges, empty_target)
+        return rebuilt.merge(changes, [*keys, START_AT])
     finally:
         release(changes)

@@ -27,6 +27,23 @@ class ApplyResult:
     truncates: int = 0
 
 
+@dataclass(frozen=True)
+class Rebuilt:
+    """A batch's events rebuilt with what the target holds of their keys (`applier`), ready for
+    an SCD type's writer: it makes the changed rows, `merge` writes them into the target."""
+
+    target: Target
+    session: Any
+    events: DataFrame  # every event of the touched keys, absent columns filled, in sequence order
+    columns: list[str]
+    txn: Txn
+    ranges: dict[str, tuple[Any, Any, bool]]  # the batch's key ranges (none after a new truncate)
+    empty_target: bool
+
+    def merge(self, changes: DataFrame, match: list[str]) -> ApplyResult:
+        return self.target.merge(self.session, changes, match, self.txn, self.ranges, self.empty_target)
+
+
 @dataclass
 class Target:
     """One flow's target table for one batch: its columns for this batch's writes (the table's,
