@@ -75,7 +75,9 @@ def summary_lines(stored: Stored) -> list[str]:
             + (f"; most: {top.dataset} · {top.rule} ({top.count:,})" if top else "")
         )
         for beat in figures.heartbeats or []:
-            lag = "no event time" if beat.latest_lag_seconds is None else f"latest lag {beat.latest_lag_seconds:,.1f} s"
+            lag = "no event time"
+            if beat.latest_lag_seconds is not None:
+                lag = f"latest lag {_duration(beat.latest_lag_seconds)}"
             lines.append(f"  heartbeats   {beat.source}: {beat.count:,} seen, {lag}")
     if (accounting := stored.accounting) is not None and (update := stored.accounting_update) is not None:
         unbalanced = [a.source for a in accounting if not a.balanced]
@@ -88,3 +90,11 @@ def summary_lines(stored: Stored) -> list[str]:
     if not lines:
         lines.append("\nno figures stored yet: `cdc-medallion run` or `ingest` stores them")
     return lines
+
+
+def _duration(seconds: float) -> str:
+    """A lag in the largest unit it fills twice (as the report's chart shows it)."""
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if abs(seconds) >= 2 * size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:,.1f} s"

@@ -36,19 +36,39 @@ CONTINUOUS_INTERVAL = "5 seconds"
 RecordFailure = Callable[[str, list[str], CdcMedallionError], None]
 
 
+@dataclass(frozen=True)
+class QuerySpec:
+    """A streaming query to start: `rows` written through `writer` from `checkpoint`, for
+    `flows`; `inputs`, what it will have read once caught up (None: not recorded)."""
+
+    name: str
+    rows: DataFrame
+    writer: BatchWriter | SharedBatchWriter
+    checkpoint: Checkpoint
+    flows: list[AnyFlow]
+    inputs: dict[str, Any] | None
+
+
 @dataclass
 class _Running:
     """A started query of an update, until it has caught up."""
 
+    spec: QuerySpec
     handle: StreamingQuery
-    writer: BatchWriter | SharedBatchWriter
-    flows: list[AnyFlow]
-    checkpoint: Checkpoint
-    inputs: dict[str, Any] | None
-    name: str
     started: float
-    rows: DataFrame
     attempt: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def writer(self) -> BatchWriter | SharedBatchWriter:
+        return self.spec.writer
+
+    @property
+    def flows(self) -> list[AnyFlow]:
+        return self.spec.flows
 
 
 class RunningQueries:
@@ -70,41 +90,26 @@ class RunningQueries:
         self.running: list[_Running] = []
         self.interrupted = False  # set by Ctrl-C in continuous mode, before Spark cancels the jobs
 
-    def launch(
-        self,
-        name: str,
-        rows: DataFrame,
-        writer: BatchWriter | SharedBatchWriter,
-        checkpoint: Checkpoint,
-        flows: list[AnyFlow],
-        inputs: dict[str, Any] | None,
-    ) -> None:
+    def launch(self, spec: QuerySpec) -> None:
         if not self.continuous:  # at most `max_concurrent_flows` at once: make room before starting
             active = [q for q in self.running if q.handle.isActive]
             excess = len(active) - self.conf.max_concurrent_flows + 1
             if excess > 0:
                 self.finish(active[:excess])
         started = time.monotonic()
-        handle = self._stream(name, rows, writer, checkpoint, flows)
-        self.running.append(_Running(handle, writer, flows, checkpoint, inputs, name, started, rows))
+        self.running.append(_Running(spec, self._stream(spec), started))
 
-    def _stream(
-        self,
-        name: str,
-        rows: DataFrame,
-        writer: BatchWriter | SharedBatchWriter,
-        checkpoint: Checkpoint,
-        flows: list[AnyFlow],
-    ) -> StreamingQuery:
-        """Start the streaming query writing `rows` through `writer` from `checkpoint`."""
-        checkpoint.keep_state_layout()
-        stream = rows.writeStream.foreachBatch(writer).option("checkpointLocation", str(checkpoint.folder))
-        stream = stream.queryName(f"{self.conf.name}.{name}"[:200])
+    def _stream(self, spec: QuerySpec) -> StreamingQuery:
+        """Start the streaming query `spec` describes."""
+        spec.checkpoint.keep_state_layout()
+        stream = spec.rows.writeStream.foreachBatch(spec.writer)
+        stream = stream.option("checkpointLocation", str(spec.checkpoint.folder))
+        stream = stream.queryName(f"{self.conf.name}.{spec.name}"[:200])
         trigger = {"processingTime": CONTINUOUS_INTERVAL} if self.continuous else {"availableNow": True}
         try:
             return stream.trigger(**trigger).start()
         except AnalysisException as error:  # what Spark refuses in a stream, e.g. a sort
-            raise GraphError(f"flow {flows[0].name} cannot run as a stream: {first_line(error)}") from None
+            raise GraphError(f"flow {spec.flows[0].name} cannot run as a stream: {first_line(error)}") from None
 
     def finish(self, queries: list[_Running]) -> None:
         """Wait for `queries` to catch up; record what each read, or that it failed (its
@@ -123,8 +128,8 @@ class RunningQueries:
             wall = (query.writer.last_batch_ended or time.monotonic()) - query.started
             for result in query.writer.results:  # the query's wall clock, shared by its flows
                 result.seconds += wall / len(query.writer.results)
-            if query.inputs is not None:
-                query.checkpoint.record(query.inputs)
+            if query.spec.inputs is not None:
+                query.spec.checkpoint.record(query.spec.inputs)
             if not query.writer.batches:
                 self.progress(f"  {query.name:<40} nothing new ({time.monotonic() - query.started:.1f}s)")
 
@@ -154,7 +159,7 @@ class RunningQueries:
         )
         self.progress(f"  {query.name:<40} failed ({reason[:80]}); starting it again")
         time.sleep(2**query.attempt)
-        query.handle = self._stream(query.name, query.rows, query.writer, query.checkpoint, query.flows)
+        query.handle = self._stream(query.spec)
         query.attempt += 1
         return True
 

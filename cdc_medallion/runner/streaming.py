@@ -29,6 +29,7 @@ from cdc_medallion.parsing.stateful import planned_in_layout
 from cdc_medallion.runner import expectations as exp
 from cdc_medallion.runner.batches import BatchWriter, SharedBatchWriter, SharedMember
 from cdc_medallion.runner.checkpoints import Checkpoint, query_name, query_names, signature
+from cdc_medallion.runner.queries import QuerySpec
 from cdc_medallion.runner.reader import BatchReader, Inputs, PlanReader
 from cdc_medallion.runner.results import as_flow_error
 from cdc_medallion.runner.sharing import Members, row_by_row, stream_filter
@@ -225,7 +226,7 @@ class StreamingFlows:
         writer.on_failure = lambda member, error: self._member_failed(members, checkpoint, member, error)
         flows = [f for plan in served for f in plan.flows]
         try:
-            runner.queries.launch(name, rows, writer, checkpoint, flows, inputs)
+            runner.queries.launch(QuerySpec(name, rows, writer, checkpoint, flows, inputs))
         except Exception as error:  # every member fails with it, not only the one that asked
             for plan in served:
                 runner.record_failure(
@@ -287,7 +288,7 @@ class StreamingFlows:
         fresh = fresh and view is not None and runner.store.exists(quarantine_name(view.name))
         app_id = f"{plan.name}:{checkpoint.app_id}"
         writer = BatchWriter(runner, plan.flows, app_id, view, fresh, lands=bool(reader.inputs.sources))
-        runner.queries.launch(plan.name, plan.rows, writer, checkpoint, plan.flows, inputs)
+        runner.queries.launch(QuerySpec(plan.name, plan.rows, writer, checkpoint, plan.flows, inputs))
 
     def _ensure_target(self, flow: Flow, rows: DataFrame, inputs: Inputs) -> None:
         """An append flow's table exists from its first update, empty if nothing came, with the
