@@ -149,6 +149,27 @@ def silver_checkpoint(storage: Path) -> Path:
     return folder
 
 
+def test_a_fresh_process_reads_a_held_transactions_timer(spark, tmp_path):
+    """The next `run` is a new process: before any query starts there, the runner reads the
+    silver query's registered timers (`runner/timers.py`) to know whether to start it. That read
+    must work with no streaming query started yet in the session (it failed every second `run`
+    of the embedded sample: no state store coordinator)."""
+    source = tmp_path / "qrep.jsonl"
+    open_ended, _ = transaction(4)
+    kafka_dump(source, open_ended[:1], 0)
+    conf = adhoc_conf(IBM, source, tmp_path / "storage", **RUN)  # the default timeout, a day: not due
+    land_and_parse(conf, spark)
+    checkpoint = silver_checkpoint(conf.storage)
+    code = (
+        "import sys; from pathlib import Path; from cdc_medallion.spark import get_spark; "
+        "from cdc_medallion.runner.timers import timers_due; "
+        "print('due:', timers_due(get_spark(), Path(sys.argv[1])))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(checkpoint)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "due: False"
+
+
 @pytest.mark.slow
 def test_a_timed_out_transaction_is_quarantined_in_an_update_where_nothing_new_arrives(spark, tmp_path):
     """A transaction whose final segment never comes is held with a processing-time timer at its

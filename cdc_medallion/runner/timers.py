@@ -22,6 +22,11 @@ def timers_due(spark: SparkSession, checkpoint: Path) -> bool:
     """True when the query at `checkpoint` has a processing-time timer at or before now."""
     if not _keeps_processing_time_timers(checkpoint):
         return False
+    # The state data source loads the store through its provider, which reports to the driver's
+    # state store coordinator; the coordinator is registered with the session's streaming query
+    # manager, made on first use. In a fresh process no query has started yet, so make it first
+    # (else every task fails: "Cannot find endpoint: StateStoreCoordinator", and the run with it).
+    spark.streams  # noqa: B018
     timers = spark.read.format("statestore").option("readRegisteredTimers", True).load(str(checkpoint))
     now = int(time.time() * 1000)
     return bool(timers.filter(F.col("expiration_timestamp_ms") <= now).limit(1).count())
