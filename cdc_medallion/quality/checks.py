@@ -37,6 +37,7 @@ from cdc_medallion.quality.suites import SuiteInput
 from cdc_medallion.storage.delta_store import DeltaStore
 
 ACCOUNTING = "accounting"
+LOGGED = "logged_figures"  # the memo's entry: the event log's figures up to a version
 REUSED_FROM = "reused_from"  # a quality_check event's: the update whose results it records again
 STALE_KEYS = "stale_keys"
 
@@ -63,9 +64,23 @@ def quality_dir(storage: Path) -> Path:
     return Path(storage) / SYSTEM_DIR / "quality"
 
 
-def logged(store: DeltaStore) -> LoggedFigures:
-    """The event log's figures the quality step needs, read in one scan (`events.logged_figures`)."""
-    return logged_figures(store.read(EVENT_LOG)) if store.exists(EVENT_LOG) else LoggedFigures()
+def logged(store: DeltaStore, memo: QualityMemo | None = None, update_id: str = "") -> LoggedFigures:
+    """The event log's figures the quality step needs, in one scan (`events.logged_figures`).
+    With a memo, the scan is of the events appended since the last step's (merged with its
+    figures), so its cost follows what the updates since logged, not how long the log is."""
+    version = store.version(EVENT_LOG)
+    if version is None:
+        return LoggedFigures()
+    figures, log_id = None, store.table_id(EVENT_LOG)
+    if memo is not None and (remembered := memo.recall(LOGGED, log_id)) is not None:
+        since = store.appended_since(EVENT_LOG, remembered["results"]["version"])
+        if since is not None:
+            figures = LoggedFigures.from_dict(remembered["results"]["figures"]).merged(logged_figures(since))
+    if figures is None:
+        figures = logged_figures(store.read(EVENT_LOG))
+    if memo is not None:  # keyed by the log's table id: a log made again is read whole
+        memo.remember(LOGGED, log_id, update_id, {"version": version, "figures": figures.as_dict()})
+    return figures
 
 
 def accounting_checks(result: SourceAccounting) -> list[Check]:
@@ -217,7 +232,7 @@ def run_quality_checks(
             dataset=source.name,
             level="INFO" if accounted.balanced else "WARN",
         )
-    figures = logged(store)
+    figures = logged(store, memo, update_id)
     stale = stale_keys_checks(figures, stale_keys_check(conf.expectations))
     result.checks.extend(stale)
     for check in stale:

@@ -283,16 +283,56 @@ def _fold_check(update: Update, check: dict[str, Any]) -> None:
 @dataclass(frozen=True)
 class LoggedFigures:
     """What the quality step reads from the whole event log: each dataset's rows written and
-    records quarantined (summed), and each gold table's latest stale-keys figure."""
+    records quarantined (summed), and each gold table's latest stale-keys figure, with the time
+    it was logged. Figures of two parts of the log merge (`merged`), so a step need only read
+    the events appended since the last one's (`checks.logged`)."""
 
     rows: dict[str, tuple[int, int]] = field(default_factory=dict)
     stale_keys: dict[str, StaleKeys] = field(default_factory=dict)
+    stale_at: dict[str, dt.datetime] = field(default_factory=dict)
+
+    def merged(self, later: LoggedFigures) -> LoggedFigures:
+        """These figures and those of the events logged after them."""
+        rows = dict(self.rows)
+        for name, (written, quarantined) in later.rows.items():
+            before = rows.get(name, (0, 0))
+            rows[name] = (before[0] + written, before[1] + quarantined)
+        stale, stale_at = dict(self.stale_keys), dict(self.stale_at)
+        for name, figure in later.stale_keys.items():
+            at = later.stale_at.get(name)
+            if name not in stale_at or (at is not None and at >= stale_at[name]):
+                stale[name], stale_at[name] = figure, at
+        return LoggedFigures(rows, stale, {k: v for k, v in stale_at.items() if v is not None})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rows": {name: list(counts) for name, counts in self.rows.items()},
+            "stale": {
+                name: {"quality": figure.as_quality(), "at": _iso(self.stale_at.get(name))}
+                for name, figure in self.stale_keys.items()
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> LoggedFigures:
+        rows = {name: (int(counts[0]), int(counts[1])) for name, counts in raw["rows"].items()}
+        stale, stale_at = {}, {}
+        for name, entry in raw["stale"].items():
+            if (figure := StaleKeys.from_quality(entry["quality"])) is not None:
+                stale[name] = figure
+                if entry.get("at"):
+                    stale_at[name] = dt.datetime.fromisoformat(entry["at"])
+        return cls(rows, stale, stale_at)
+
+
+def _iso(moment: dt.datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
 
 
 def logged_figures(events: DataFrame) -> LoggedFigures:
     """Both figures in one aggregation, so the log is scanned once per quality step, not once
     per figure. A table's stale keys are its latest `flow_progress` that gave them, over the
-    whole log (a table may have had no batch for many updates: its figure still holds)."""
+    events given (a table may have had no batch for many updates: its figure still holds)."""
     quality = F.get_json_object("details", "$.flow_progress.data_quality")
     metric = "$.flow_progress.metrics.num_output_rows"
     quarantined = "$.flow_progress.data_quality.quarantined_records"
@@ -312,12 +352,15 @@ def logged_figures(events: DataFrame) -> LoggedFigures:
             F.sum("rows").alias("rows"),
             F.sum("quarantined").alias("quarantined"),
             F.max_by("quality", "at").alias("quality"),
+            F.max("at").alias("at"),
         )
         .collect()
     )
     rows = {r["dataset"]: (int(r["rows"] or 0), int(r["quarantined"] or 0)) for r in figures}
-    stale = {}
+    stale, stale_at = {}, {}
     for row in figures:
         if row["quality"] is not None and (found := StaleKeys.from_quality(json.loads(row["quality"]))) is not None:
             stale[row["dataset"]] = found
-    return LoggedFigures(rows, stale)
+            if row["at"] is not None:
+                stale_at[row["dataset"]] = row["at"]
+    return LoggedFigures(rows, stale, stale_at)

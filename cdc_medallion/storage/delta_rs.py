@@ -110,6 +110,11 @@ def table_properties(location: str | os.PathLike[str]) -> dict[str, str]:
     return dict(open_table(location).metadata().configuration)
 
 
+def table_id(location: str | os.PathLike[str]) -> str:
+    """The table's id (its `metaData` action's): a table dropped and made again has a new one."""
+    return open_table(location).metadata().id
+
+
 def column_names(location: str | os.PathLike[str]) -> list[str]:
     return [field.name for field in open_table(location).schema().fields]
 

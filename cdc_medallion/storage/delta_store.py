@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
@@ -35,6 +36,7 @@ from cdc_medallion.storage.delta_rs import (
     commit_versions,
     log_version,
     stored_datasets,
+    table_id,
     table_properties,
 )
 
@@ -124,6 +126,35 @@ class DeltaStore:
     def read(self, name: str) -> DataFrame:
         """The table's current snapshot."""
         return self.spark.read.format("delta").load(str(self.path(name)))
+
+    def table_id(self, name: str) -> str:
+        return table_id(self.path(name))
+
+    def appended_since(self, name: str, version: int) -> DataFrame | None:
+        """The rows committed to `name` after `version`, read from the files those commits added,
+        when every one of them only appended (no removed file, no new schema or protocol, no
+        deletion vector, no column mapping) and is still in the log; else None: read the table.
+        So a reader that remembers what it folded of an append-only table (the event log) reads
+        what came since, not the whole table."""
+        path = self.path(name)
+        latest = log_version(path)
+        if latest is None or latest < version or "delta.columnMapping.mode" in table_properties(path):
+            return None
+        added = []
+        for commit in range(version + 1, latest + 1):
+            try:
+                actions = list(commit_actions(path, commit))
+            except OSError:  # cleaned from the log
+                return None
+            for action in actions:
+                if action.keys() - {"commitInfo", "add"} or (action.get("add") or {}).get("deletionVector"):
+                    return None
+                if "add" in action:
+                    added.append(str(path / unquote(action["add"]["path"])))
+        schema = self.schema(name)
+        if not added:
+            return self.spark.createDataFrame([], schema)
+        return self.spark.read.schema(schema).parquet(*added)
 
     def read_stream(self, name: str, options: Mapping[str, str] | None = None) -> DataFrame:
         """The table as a stream: what a streaming query has not read yet, batch by batch.
