@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from cdc_medallion.config import PipelineConf
 from cdc_medallion.discovery import Discovery, discover
-from cdc_medallion.quality.table_figures import record_table_figures
+from cdc_medallion.quality.figures_step import record_table_figures
 from cdc_medallion.runner.checkpoints import StorageLock
 from cdc_medallion.runner.event_log import EventLog
 from cdc_medallion.runner.local import LocalRunner

@@ -27,8 +27,8 @@ from cdc_medallion.catalog import all_rows, dataset_status, first_rows, read_dat
 from cdc_medallion.cli import _jsonable
 from cdc_medallion.lines import lines_of
 from cdc_medallion.quality.figures import TableFigures
+from cdc_medallion.quality.figures_step import table_figures
 from cdc_medallion.quality.stored import read_stored
-from cdc_medallion.quality.table_figures import table_figures
 from cdc_medallion.storage import delta_rs
 from cdc_medallion.storage.delta_store import DeltaStore
 from tests.helpers import ingest

@@ -29,9 +29,9 @@ from cdc_medallion.quality.events import (
     read_event_log,
     read_stored_event_log,
 )
+from cdc_medallion.quality.figures_step import table_figures
 from cdc_medallion.quality.report import HeartbeatLag, QuarantineReason, TableState, build_pages, report_from_event_log
 from cdc_medallion.quality.stored import read_stored
-from cdc_medallion.quality.table_figures import table_figures
 from cdc_medallion.storage.delta_store import DeltaStore
 from tests.conftest import REPO
 

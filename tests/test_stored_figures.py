@@ -1,5 +1,5 @@
 """The report's table figures are computed by the run and stored in the event log
-(`quality/table_figures.py`), read back by the report and `status` (`quality/stored.py`): each
+(`quality/figures_step.py`), read back by the report and `status` (`quality/stored.py`): each
 run that changed them stores them once, a run that changed nothing stores nothing again, and a
 quarantine table a run did not write is not read again (its figures come from the memo)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cdc_medallion.names import EVENT_LOG
-from cdc_medallion.quality import table_figures
+from cdc_medallion.quality import figures_step
 from cdc_medallion.quality.figures import FIGURES
 from cdc_medallion.quality.stored import read_stored
 from cdc_medallion.storage.delta_store import DeltaStore
@@ -48,9 +48,9 @@ def test_figures_are_stored_when_they_change_and_read_from_the_memo_when_not(spa
     assert read_stored(storage).figures.quarantine_rows == first["quarantine_rows"]
 
     read: list[str] = []  # the quarantine tables the figures step reads with Spark from here on
-    computed = table_figures.quarantine_reasons
+    computed = figures_step.quarantine_reasons
     monkeypatch.setattr(
-        table_figures, "quarantine_reasons", lambda tables, bronze: read.extend(tables) or computed(tables, bronze)
+        figures_step, "quarantine_reasons", lambda tables, bronze: read.extend(tables) or computed(tables, bronze)
     )
     ingest(spark, "debezium-json", feed, storage, **run)  # nothing new
     assert len(figures_events(spark, storage)) == 1 and read == []

@@ -29,7 +29,7 @@ from cdc_medallion.storage.delta_store import DeltaStore
 
 MEMO_FILE = "memo.json"  # under <storage>/_system/quality
 #: The modules whose code decides a check's result.
-_CODE = ("accounting.py", "checks.py", "suites.py", "memo.py", "table_figures.py", "figures.py")
+_CODE = ("accounting.py", "checks.py", "suites.py", "memo.py", "table_figures.py", "figures_step.py", "figures.py")
 
 
 def code_fingerprint() -> str:

@@ -3,7 +3,8 @@ latest table figures (`table_figures.py`) and the latest source accounting (`che
 
 The HTML report and `status` read the figures here and nowhere else, so the two show the same
 numbers, computed once by the run that stored them. Reading needs no JVM where delta-rs reads the
-event log (`storage/delta_rs.py` holds that rule); given a Spark session, Spark reads it.
+event log (`storage/delta_rs.py` holds that rule); given a Spark session, Spark reads it. It
+imports nothing of the `local` extra: the report module, which Databricks workers import, uses it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from cdc_medallion.quality.events import Update, read_event_log, read_stored_eve
 from cdc_medallion.quality.figures import TableFigures
 from cdc_medallion.spark import get_spark
 from cdc_medallion.storage import delta_rs
-from cdc_medallion.storage.delta_store import DeltaStore
 
 
 @dataclass
@@ -57,7 +57,7 @@ def read_stored(storage: Path, max_updates: int = 50, spark: Any = None) -> Stor
     if spark is None and delta_rs.readable_without_jvm(log):
         updates = read_stored_event_log(log, max_updates)
         return Stored(updates, stored_pipeline_name(log) if updates else None)
-    events = DeltaStore(Path(storage), spark or get_spark()).read(EVENT_LOG)
+    events = (spark or get_spark()).read.format("delta").load(str(log))  # no delta-spark import: workers lack it
     updates = read_event_log(events, max_updates)
     name = events.select("origin.pipeline_name").limit(1).collect() if updates else []
     return Stored(updates, name[0][0] if name else None)
