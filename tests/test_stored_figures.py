@@ -50,7 +50,9 @@ def test_figures_are_stored_when_they_change_and_read_from_the_memo_when_not(spa
     read: list[str] = []  # the quarantine tables the figures step reads with Spark from here on
     computed = figures_step.quarantine_reasons
     monkeypatch.setattr(
-        figures_step, "quarantine_reasons", lambda tables, bronze: read.extend(tables) or computed(tables, bronze)
+        figures_step,
+        "quarantine_reasons",
+        lambda tables, bronze, **kw: read.extend(tables) or computed(tables, bronze, **kw),
     )
     ingest(spark, "debezium-json", feed, storage, **run)  # nothing new
     assert len(figures_events(spark, storage)) == 1 and read == []
@@ -71,3 +73,37 @@ def test_figures_are_stored_when_they_change_and_read_from_the_memo_when_not(spa
     [reason] = stored.figures.quarantine
     assert reason.count == 2 and len(reason.samples) == 2
     assert all(sample["raw"] for sample in reason.samples)  # gold's quarantine rows shown as their values
+
+
+def test_reasons_take_each_rules_count_and_first_samples_and_read_bronze_only_for_a_missing_raw(spark):
+    """`quarantine_reasons` in one job per table: each rule's count, its samples in bronze order,
+    the top rules by count (a row failing two rules counts under each), the table's rows from the
+    listing when given; bronze is read only when a sample has no raw message of its own."""
+    from cdc_medallion.quality.figures import SAMPLES_PER_REASON
+    from cdc_medallion.quality.table_figures import quarantine_reasons
+
+    def quarantine(raw: bool):
+        rows = [(f"t/0/{i}", ["a", "b"] if i % 3 == 0 else ["a"], "bad" if raw else None) for i in range(10)]
+        rows.append(("t/0/99", ["c"], "worse" if raw else None))
+        return spark.createDataFrame(rows, "bronze_ref string, failed_expectations array<string>, raw_message string")
+
+    bronze_reads: list[int] = []
+
+    def bronze():
+        bronze_reads.append(1)
+        return [
+            spark.createDataFrame(
+                [("t", 0, 0, bytearray(b"message zero"), None, None)],
+                "topic string, partition int, offset long, value binary, _file string, _line long",
+            )
+        ]
+
+    reasons, totals = quarantine_reasons({"q": quarantine(raw=True)}, bronze, rows={"q": 11})
+    assert [(r.rule, r.count) for r in reasons] == [("a", 10), ("b", 4), ("c", 1)]
+    assert [s["bronze_ref"] for s in reasons[0].samples] == [f"t/0/{i}" for i in range(SAMPLES_PER_REASON)]
+    assert [s["bronze_ref"] for s in reasons[1].samples] == ["t/0/0", "t/0/3", "t/0/6"][:SAMPLES_PER_REASON]
+    assert totals == {"q": 11} and bronze_reads == []
+
+    reasons, totals = quarantine_reasons({"q": quarantine(raw=False)}, bronze)
+    assert totals == {"q": 11} and bronze_reads == [1]
+    assert reasons[0].samples[0]["raw"] == "message zero"

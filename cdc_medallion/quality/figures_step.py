@@ -46,7 +46,11 @@ def table_figures(store: DeltaStore, memo: QualityMemo | None, update_id: str) -
         else:
             missed[name] = key
     if missed:
-        found, totals = quarantine_reasons({n: store.read(n) for n in missed}, [store.read(b) for b in bronze])
+        found, totals = quarantine_reasons(
+            {n: store.read(n) for n in missed},
+            lambda: [store.read(b) for b in bronze],  # read only when a sample needs its raw message
+            rows={e["name"]: e["rows"] for e in status},
+        )
         figures.quarantine += found
         figures.quarantine_rows.update(totals)
         for name, key in missed.items():

@@ -9,10 +9,10 @@ tables; so this module needs nothing but pyspark (not delta-spark, which workers
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from cdc_medallion.arrow_rows import python_rows
@@ -36,32 +36,47 @@ def spark_rows(df: DataFrame) -> list[dict[str, Any]]:
 
 
 def quarantine_reasons(
-    tables: Mapping[str, DataFrame], bronze: list[DataFrame] | None = None
+    tables: Mapping[str, DataFrame],
+    bronze: list[DataFrame] | Callable[[], list[DataFrame]] | None = None,
+    rows: Mapping[str, int] | None = None,
 ) -> tuple[list[QuarantineReason], dict[str, int]]:
-    """Top (dataset, failed rule) pairs over quarantine tables, with sample rows. A row quarantined
-    by a rule (not a parse error) carries no raw message: given the bronze tables, the sample shows
-    the bronze message it points to."""
+    """Top (dataset, failed rule) pairs over quarantine tables, with sample rows: one Spark job
+    per table (each rule's count and its first samples by a window), plus a count where `rows`
+    (a listing's row counts) does not give the table's. A row quarantined by a rule (not a parse
+    error) carries no raw message: given the bronze tables (or a function that reads them, called
+    only when a sample needs one), the sample shows the bronze message it points to."""
     reasons: list[QuarantineReason] = []
     totals: dict[str, int] = {}
     for dataset, df in tables.items():
         if FAILED not in df.columns:
             continue
         ref = next((c for c in ("bronze_ref", "__bronze_ref") if c in df.columns), None)
-        totals[dataset] = df.count()
-        exploded = df.select("*", F.explode_outer(FAILED).alias("__rule"))
-        counts = exploded.groupBy("__rule").count().orderBy(F.desc("count"), "__rule").limit(TOP_REASONS).collect()
-        for row in counts:
-            rule = row["__rule"] or "(no rule named)"
-            picked = exploded.filter(
-                F.col("__rule") == row["__rule"] if row["__rule"] is not None else F.col("__rule").isNull()
+        totals[dataset] = rows[dataset] if rows is not None and rows.get(dataset) is not None else df.count()
+        by_rule = Window.partitionBy("__rule")
+        picked = (
+            df.select("*", F.explode_outer(FAILED).alias("__rule"))
+            .withColumn("__count", F.count(F.lit(1)).over(by_rule))
+            .withColumn("__pick", F.row_number().over(by_rule.orderBy(F.col(ref) if ref else F.col("__rule"))))
+            .filter(F.col("__pick") <= SAMPLES_PER_REASON)
+        )
+        found: dict[str | None, list[dict[str, Any]]] = {}
+        for sample in spark_rows(picked):
+            found.setdefault(sample["__rule"], []).append(sample)
+        # by count, then rule; a NULL rule (an empty list) first, as Spark orders it
+        top = sorted(found.items(), key=lambda item: (-item[1][0]["__count"], item[0] is not None, item[0] or ""))
+        for rule, samples in top[:TOP_REASONS]:
+            samples.sort(key=lambda sample: sample["__pick"])
+            reasons.append(
+                QuarantineReason(
+                    dataset,
+                    rule or "(no rule named)",
+                    int(samples[0]["__count"]),
+                    [quarantine_sample(sample, ref) for sample in samples],
+                )
             )
-            if ref:
-                picked = picked.orderBy(ref)
-            samples = [quarantine_sample(sample, ref) for sample in spark_rows(picked.limit(SAMPLES_PER_REASON))]
-            reasons.append(QuarantineReason(dataset, rule, int(row["count"]), samples))
     reasons.sort(key=lambda r: (-r.count, r.dataset, r.rule))
-    if bronze:
-        _raw_from_bronze(reasons, bronze)
+    if bronze is not None and any(s["raw"] is None and s["bronze_ref"] for r in reasons for s in r.samples):
+        _raw_from_bronze(reasons, bronze() if callable(bronze) else bronze)
     return reasons, totals
 
 
