@@ -468,11 +468,14 @@ def report_for_event_log_table(
             qualified = f"{tables_schema}.{quarantine_name(name)}"
             if spark.catalog.tableExists(qualified):
                 quarantines[quarantine_name(name)] = spark.table(qualified)
-        bronze = [
-            spark.table(f"{tables_schema}.{name}")
-            for name in sorted(names)
-            if name.startswith(f"{BRONZE}_") and spark.catalog.tableExists(f"{tables_schema}.{name}")
-        ]
+
+        def bronze() -> list:  # read only when a sample needs its raw message
+            return [
+                spark.table(f"{tables_schema}.{name}")
+                for name in sorted(names)
+                if name.startswith(f"{BRONZE}_") and spark.catalog.tableExists(f"{tables_schema}.{name}")
+            ]
+
         state.quarantine, state.quarantine_rows = quarantine_reasons(quarantines, bronze)
         heartbeats = f"{tables_schema}.{HEARTBEATS}"
         if spark.catalog.tableExists(heartbeats):

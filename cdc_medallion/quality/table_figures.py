@@ -37,21 +37,22 @@ def spark_rows(df: DataFrame) -> list[dict[str, Any]]:
 
 def quarantine_reasons(
     tables: Mapping[str, DataFrame],
-    bronze: list[DataFrame] | Callable[[], list[DataFrame]] | None = None,
+    bronze: Callable[[], list[DataFrame]] | None = None,
     rows: Mapping[str, int] | None = None,
 ) -> tuple[list[QuarantineReason], dict[str, int]]:
     """Top (dataset, failed rule) pairs over quarantine tables, with sample rows: one Spark job
     per table (each rule's count and its first samples by a window), plus a count where `rows`
     (a listing's row counts) does not give the table's. A row quarantined by a rule (not a parse
-    error) carries no raw message: given the bronze tables (or a function that reads them, called
-    only when a sample needs one), the sample shows the bronze message it points to."""
+    error) carries no raw message: given a function that reads the bronze tables (called only when
+    a sample needs one), the sample shows the bronze message it points to."""
     reasons: list[QuarantineReason] = []
     totals: dict[str, int] = {}
     for dataset, df in tables.items():
         if FAILED not in df.columns:
             continue
         ref = next((c for c in ("bronze_ref", "__bronze_ref") if c in df.columns), None)
-        totals[dataset] = rows[dataset] if rows is not None and rows.get(dataset) is not None else df.count()
+        listed = (rows or {}).get(dataset)
+        totals[dataset] = listed if listed is not None else df.count()
         by_rule = Window.partitionBy("__rule")
         picked = (
             df.select("*", F.explode_outer(FAILED).alias("__rule"))
@@ -76,7 +77,7 @@ def quarantine_reasons(
             )
     reasons.sort(key=lambda r: (-r.count, r.dataset, r.rule))
     if bronze is not None and any(s["raw"] is None and s["bronze_ref"] for r in reasons for s in r.samples):
-        _raw_from_bronze(reasons, bronze() if callable(bronze) else bronze)
+        _raw_from_bronze(reasons, bronze())
     return reasons, totals
 
 
